@@ -1,0 +1,28 @@
+"""Typed errors that user-facing layers (CLI, server) translate into clear messages."""
+
+from __future__ import annotations
+
+
+class OASRError(Exception):
+    """Base class of every error OASR raises on purpose."""
+
+
+class AudioDecodeError(OASRError):
+    """An input could not be decoded into audio samples (unreadable, truncated, not audio, or empty)."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        super().__init__(f"{source}: {reason}")
+        self.source = source
+        self.reason = reason
+
+
+class ModelNotFoundError(OASRError):
+    """A model name or path that resolves to no supported checkpoint."""
+
+
+class CheckpointError(OASRError):
+    """A checkpoint whose contents do not match what its converter expects."""
+
+
+class UnsupportedOptionError(OASRError):
+    """An option the loaded model cannot serve (for example a language on an English-only checkpoint)."""

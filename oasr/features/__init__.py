@@ -1,0 +1,12 @@
+"""Feature-extractor registry: raw 16 kHz audio -> model input features, batched, on CPU or GPU."""
+
+from __future__ import annotations
+
+from oasr.registry import Registry
+
+FEATURE_EXTRACTORS: Registry[type] = Registry(
+    "feature extractor",
+    lazy={"whisper_logmel": "oasr.features.whisper_logmel"},
+)
+
+__all__ = ["FEATURE_EXTRACTORS"]
