@@ -1,0 +1,56 @@
+"""The Python API: ``oasr.transcribe`` and ``oasr.from_pretrained``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oasr.engine.offline import AudioInput, OfflineTranscriber
+from oasr.errors import AudioDecodeError
+from oasr.models.loader import LoadedModel, from_pretrained
+from oasr.types import Task, Transcription, TranscribeOptions
+
+
+def _as_list(inputs: AudioInput | Sequence[AudioInput]) -> list[AudioInput]:
+    if isinstance(inputs, (str, os.PathLike, bytes, np.ndarray)):
+        return [inputs]
+    return list(inputs)
+
+
+def iter_transcribe(
+    inputs: AudioInput | Sequence[AudioInput],
+    model: str | Path | LoadedModel = "tiny.en",
+    *,
+    options: TranscribeOptions | None = None,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype | None = None,
+) -> Iterator[Transcription]:
+    """Like ``transcribe`` but yields results as they finish; failed inputs yield results with ``error`` set."""
+    loaded = model if isinstance(model, LoadedModel) else from_pretrained(model, device=device, dtype=dtype)
+    yield from OfflineTranscriber(loaded, options or TranscribeOptions()).run(_as_list(inputs))
+
+
+def transcribe(
+    inputs: AudioInput | Sequence[AudioInput],
+    model: str | Path | LoadedModel = "tiny.en",
+    *,
+    language: str | None = None,
+    task: Task = "transcribe",
+    batch_size: int = 16,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype | None = None,
+    skip_errors: bool = False,
+) -> list[Transcription]:
+    """Transcribes audio files, bytes or 16 kHz float arrays. Raises ``AudioDecodeError`` on the first input that
+    cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``)."""
+    options = TranscribeOptions(language=language, task=task, batch_size=batch_size)
+    results = []
+    for result in iter_transcribe(inputs, model, options=options, device=device, dtype=dtype):
+        if result.error and not skip_errors:
+            raise AudioDecodeError(result.source, result.error.removeprefix(f"{result.source}: "))
+        results.append(result)
+    return results

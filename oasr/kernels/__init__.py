@@ -1,0 +1,18 @@
+"""Triton kernels for the layer waist, each with a torch reference and an equivalence test.
+
+No kernel is written yet: every op of the waist is a declared gap, listed here so that ``oasr models`` and the
+``kernels`` backend can say exactly what still runs on plain torch.
+"""
+
+from __future__ import annotations
+
+from oasr.layers.backend import KernelGap
+
+DECLARED_GAPS: tuple[KernelGap, ...] = (
+    KernelGap("linear", "cuBLAS through torch is already near the matmul ceiling; fused bias+GELU epilogue not written"),
+    KernelGap("layer_norm", "fused residual-add + LayerNorm kernel not written"),
+    KernelGap("conv1d", "encoder front convolutions run through cuDNN"),
+    KernelGap("embedding", "token + position embedding gather not fused"),
+    KernelGap("gelu", "fused into no epilogue yet"),
+    KernelGap("attention", "paged decode attention kernel not written; SDPA (flash/efficient) is used"),
+)

@@ -1,0 +1,25 @@
+"""The layer waist: every model in OASR is built from these modules and nothing else.
+
+Keeping models on one narrow set of layers is what lets a kernel (``oasr.kernels``) or a quantization method
+(later ``oasr.quantization``) change every architecture at once. ``tests/test_layer_waist.py`` walks each
+registered architecture and fails on any bare ``torch.nn`` layer.
+"""
+
+from oasr.layers.attention import MultiHeadAttention, sdpa
+from oasr.layers.backend import BACKENDS, Backend, KernelGap, apply_backend, kernel_gaps
+from oasr.layers.basic import GELU, Conv1d, Embedding, LayerNorm, Linear
+
+__all__ = [
+    "BACKENDS",
+    "GELU",
+    "Backend",
+    "Conv1d",
+    "Embedding",
+    "KernelGap",
+    "LayerNorm",
+    "Linear",
+    "MultiHeadAttention",
+    "apply_backend",
+    "kernel_gaps",
+    "sdpa",
+]

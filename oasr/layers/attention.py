@@ -1,0 +1,72 @@
+"""Multi-head attention over ``torch.nn.functional.scaled_dot_product_attention``.
+
+Projections are named ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (the Hugging Face layout most speech
+checkpoints use). Key/value can be computed from an input or passed in precomputed (cross-attention K/V made
+once per request, or a decoder's self-attention cache), so the same module serves encoders and decoders.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from oasr.layers.basic import Linear
+
+
+def sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """q: [B, H, Tq, D]; k, v: [B, H, Tk, D]; mask: bool [B|1, 1, Tq, Tk] (True = attend) -> [B, H, Tq, D]."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+
+
+class MultiHeadAttention(nn.Module):
+    KERNEL_OP: ClassVar[str] = "attention"
+
+    def __init__(self, embed_dim: int, num_heads: int, *, k_bias: bool = False) -> None:
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.q_proj = Linear(embed_dim, embed_dim)
+        self.k_proj = Linear(embed_dim, embed_dim, bias=k_bias)
+        self.v_proj = Linear(embed_dim, embed_dim)
+        self.out_proj = Linear(embed_dim, embed_dim)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, T, H*D] -> [B, H, T, D]."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [B, T, E] -> (k, v), each [B, H, T, D]."""
+        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+
+    def attend(
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        """x: [B, Tq, E] queries; k, v: [B, H, Tk, D] -> [B, Tq, E]."""
+        q = self.split_heads(self.q_proj(x))
+        out = sdpa(q, k, v, mask=mask, is_causal=is_causal)
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+    def forward(self, x: torch.Tensor, *, is_causal: bool = False) -> torch.Tensor:
+        """Self-attention without a cache. x: [B, T, E] -> [B, T, E]."""
+        k, v = self.project_kv(x)
+        return self.attend(x, k, v, is_causal=is_causal)

@@ -1,0 +1,52 @@
+"""The ``torch`` / ``kernels`` backend switch of the layer waist.
+
+``torch`` runs every layer with plain PyTorch ops. ``kernels`` replaces a layer's forward with a Triton kernel
+from ``oasr.kernels`` where one exists. Ops without a kernel yet are *declared gaps*: they are listed by
+``kernel_gaps()`` (and ``oasr models``), and selecting ``kernels`` reports which gaps a model hits instead of
+falling back silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from torch import nn
+
+Backend = Literal["torch", "kernels"]
+BACKENDS: tuple[Backend, ...] = ("torch", "kernels")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KernelGap:
+    """An op of the waist that the ``kernels`` backend does not accelerate yet."""
+
+    op: str
+    reason: str
+
+
+def kernel_gaps() -> list[KernelGap]:
+    from oasr.kernels import DECLARED_GAPS
+
+    return list(DECLARED_GAPS)
+
+
+def apply_backend(model: nn.Module, backend: Backend) -> list[KernelGap]:
+    """Switch ``model``'s layers to ``backend``; returns the declared gaps the model hits (empty for torch)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown layer backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return []
+    gaps = {gap.op: gap for gap in kernel_gaps()}
+    used_ops = {getattr(type(m), "KERNEL_OP", None) for m in model.modules()}
+    hit = [gaps[op] for op in sorted(op for op in used_ops if op in gaps)]
+    if hit:
+        log.warning(
+            "kernels backend: %d op(s) of this model have no kernel yet and run on torch: %s",
+            len(hit),
+            ", ".join(g.op for g in hit),
+        )
+    return hit

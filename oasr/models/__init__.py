@@ -1,0 +1,23 @@
+"""Model architectures and checkpoint converters, each behind a registry.
+
+An architecture class exposes ``config_class``, ``from_config(config)``, ``tiny_config()`` (the small random
+configuration every test suite builds) and the decode-facing methods its family's strategies call.
+A converter detects a checkpoint format on disk and returns a ``Checkpoint`` in the architecture's key layout.
+"""
+
+from __future__ import annotations
+
+from oasr.registry import Registry
+
+ARCHITECTURES: Registry[type] = Registry("architecture", lazy={"whisper": "oasr.models.whisper.model"})
+
+CONVERTERS: Registry[type] = Registry(
+    "checkpoint format",
+    lazy={
+        "native": "oasr.models.converters.native",
+        "huggingface": "oasr.models.converters.huggingface",
+        "ctranslate2": "oasr.models.converters.ctranslate2",
+    },
+)
+
+__all__ = ["ARCHITECTURES", "CONVERTERS"]

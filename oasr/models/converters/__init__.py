@@ -1,0 +1,1 @@
+"""Checkpoint converters, one module per on-disk format, registered in ``oasr.models.CONVERTERS``."""

@@ -1,0 +1,127 @@
+"""``from_pretrained``: a name or directory -> a ready model with its tokenizer and feature extractor."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from oasr.errors import CheckpointError, ModelNotFoundError
+from oasr.features import FEATURE_EXTRACTORS
+from oasr.layers import Backend, KernelGap, apply_backend
+from oasr.models import ARCHITECTURES, CONVERTERS
+from oasr.models.checkpoint import Checkpoint, ModelSource
+from oasr.models.embedded import EMBEDDED_MODELS, resolve_embedded
+from oasr.tokenizers import TOKENIZERS
+
+log = logging.getLogger(__name__)
+
+# Formats are tried in this order: the first whose ``detect`` accepts the directory loads it.
+_DETECTION_ORDER = ("native", "huggingface", "ctranslate2")
+
+
+@dataclass
+class LoadedModel:
+    """Everything needed to run one checkpoint. Built once, read-only afterwards."""
+
+    name: str
+    architecture: str
+    format: str
+    config: Any
+    model: nn.Module
+    tokenizer: Any
+    features: Any
+    device: torch.device
+    dtype: torch.dtype
+    kernel_gaps: list[KernelGap]
+    checkpoint: Checkpoint | None = None
+
+
+def resolve_source(name_or_path: str | Path) -> ModelSource:
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return ModelSource(directory=path.resolve())
+    if str(name_or_path) in EMBEDDED_MODELS:
+        return resolve_embedded(str(name_or_path))
+    known = ", ".join(EMBEDDED_MODELS)
+    raise ModelNotFoundError(f"{name_or_path!r} is neither a model directory nor a known model name ({known})")
+
+
+def read_checkpoint(source: ModelSource) -> Checkpoint:
+    for fmt in _DETECTION_ORDER:
+        converter = CONVERTERS.get(fmt)
+        if converter.detect(source):
+            return converter.load(source)
+    raise ModelNotFoundError(f"{source}: no supported checkpoint format found (tried {', '.join(_DETECTION_ORDER)})")
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelNotFoundError("device 'cuda' was asked for but no CUDA device is available")
+    return resolved
+
+
+def pick_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if dtype is None or dtype == "auto":
+        return torch.float16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(names)}")
+    return names[dtype]
+
+
+def build_model(checkpoint: Checkpoint) -> tuple[Any, nn.Module]:
+    """Instantiates the architecture and loads the weights; fails on any missing key."""
+    arch = ARCHITECTURES.get(checkpoint.architecture)
+    config = arch.config_class.from_dict(checkpoint.config)
+    model = arch.from_config(config)
+    result = model.load_state_dict(checkpoint.state_dict, strict=False)
+    tied = getattr(arch, "tied_keys", {})
+    missing = [k for k in result.missing_keys if k not in tied]
+    dropped = [k for k in result.unexpected_keys if k not in tied] + checkpoint.dropped_keys
+    if missing:
+        raise CheckpointError(f"checkpoint is missing {len(missing)} key(s) of {checkpoint.architecture}: {missing[:8]}")
+    log.info("loaded %d tensors (%s); dropped: %s", len(checkpoint.state_dict), checkpoint.format, dropped or "none")
+    return config, model
+
+
+def from_pretrained(
+    name_or_path: str | Path = "tiny.en",
+    *,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype | None = None,
+    backend: Backend = "torch",
+    keep_checkpoint: bool = False,
+) -> LoadedModel:
+    """Loads a model by embedded name (``tiny.en``, ``base``) or from a directory in any supported format."""
+    source = resolve_source(name_or_path)
+    checkpoint = read_checkpoint(source)
+    config, model = build_model(checkpoint)
+    target_device = pick_device(device)
+    target_dtype = pick_dtype(dtype, target_device)
+    model = model.to(device=target_device, dtype=target_dtype).eval().requires_grad_(False)
+    arch = ARCHITECTURES.get(checkpoint.architecture)
+    extractor_cls = FEATURE_EXTRACTORS.get(arch.feature_extractor)
+    return LoadedModel(
+        name=str(source),
+        architecture=checkpoint.architecture,
+        format=checkpoint.format,
+        config=config,
+        model=model,
+        tokenizer=TOKENIZERS.get(arch.tokenizer)(checkpoint.tokenizer_file),
+        features=extractor_cls.for_model(config),
+        device=target_device,
+        dtype=target_dtype,
+        kernel_gaps=apply_backend(model, backend),
+        checkpoint=checkpoint if keep_checkpoint else None,
+    )

@@ -1,0 +1,1 @@
+"""Whisper (encoder-decoder, AED) in the Hugging Face key layout."""

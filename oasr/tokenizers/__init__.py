@@ -1,0 +1,9 @@
+"""Tokenizer registry: checkpoint vocabularies -> encode/decode with special tokens resolved by name."""
+
+from __future__ import annotations
+
+from oasr.registry import Registry
+
+TOKENIZERS: Registry[type] = Registry("tokenizer", lazy={"whisper_hf_json": "oasr.tokenizers.whisper"})
+
+__all__ = ["TOKENIZERS"]

@@ -1,0 +1,46 @@
+"""Public result and option types of the Python API."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Task = Literal["transcribe", "translate"]
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """What to decode. ``language=None`` means the model's only language, or detection on multilingual models."""
+
+    language: str | None = None
+    task: Task = "transcribe"
+    batch_size: int = 16
+    # Whisper's decoder has 448 positions; the prompt uses some of them.
+    max_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
+
+
+@dataclass
+class Transcription:
+    """One input's result. ``error`` is set (and ``text`` empty) when the input could not be transcribed."""
+
+    source: str
+    text: str
+    language: str | None
+    duration_s: float
+    token_ids: list[int] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["file"] = values.pop("source")
+        return values
