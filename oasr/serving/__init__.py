@@ -1,0 +1,1 @@
+"""Serving front ends and the output formats they share with the CLI."""
