@@ -15,6 +15,7 @@ import soundfile as sf
 
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.errors import AudioDecodeError
+from speech_data import speech_data_dir
 
 TONE_HZ = 440.0
 TONE_SECONDS = 1.5
@@ -22,14 +23,6 @@ TONE_AMPLITUDE = 0.5
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def speech_data_dir() -> Path:
-    """The shared real-speech set: $OASR_SPEECH_DATA, else ../shared/data/speech next to the repo."""
-    override = os.environ.get("OASR_SPEECH_DATA")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[1].parent / "shared/data/speech"
 
 
 def speech_manifest_params() -> list:

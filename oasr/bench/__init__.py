@@ -1,0 +1,1 @@
+"""Benchmarking and accuracy: WER, RTFx, latency, peers run side by side."""

@@ -1,0 +1,91 @@
+"""Registries and the layer waist: every entry resolves, every architecture builds from its tiny config out of
+``oasr.layers`` only, and the kernel backend declares its gaps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from oasr.decode import DECODE_STRATEGIES
+from oasr.features import FEATURE_EXTRACTORS
+from oasr.layers import apply_backend, kernel_gaps
+from oasr.models import ARCHITECTURES, CONVERTERS
+from oasr.registry import Registry, UnknownEntryError
+from oasr.tokenizers import TOKENIZERS
+
+# torch modules that only hold other modules; everything with parameters or compute must come from oasr.layers.
+CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES.names())
+def test_every_architecture_has_a_tiny_config_that_builds_and_runs(name: str) -> None:
+    arch = ARCHITECTURES.get(name)
+    assert hasattr(arch, "tiny_config"), f"architecture {name} has no tiny_config()"
+    config = arch.tiny_config()
+    model = arch.from_config(config).eval()
+    assert arch.feature_extractor in FEATURE_EXTRACTORS
+    assert arch.tokenizer in TOKENIZERS
+    features = torch.randn(2, config.num_mel_bins, 2 * config.max_source_positions)
+    with torch.inference_mode():
+        logits = model(features, torch.zeros(2, 3, dtype=torch.long))
+    assert logits.shape == (2, 3, config.vocab_size)
+    assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES.names())
+def test_models_are_built_from_the_layer_waist_only(name: str) -> None:
+    arch = ARCHITECTURES.get(name)
+    model = arch.from_config(arch.tiny_config())
+    bare = sorted(
+        {
+            f"{path}: {type(module).__module__}.{type(module).__name__}"
+            for path, module in model.named_modules()
+            if type(module).__module__.startswith("torch.") and not isinstance(module, CONTAINERS)
+        }
+    )
+    assert bare == []
+    foreign = [
+        path
+        for path, module in model.named_modules()
+        if not type(module).__module__.startswith(("oasr.layers", "oasr.models", "torch.nn.modules.container"))
+    ]
+    assert foreign == []
+
+
+def test_kernels_backend_reports_its_gaps_instead_of_falling_back_silently(caplog) -> None:
+    arch = ARCHITECTURES.get("whisper")
+    model = arch.from_config(arch.tiny_config())
+    assert apply_backend(model, "torch") == []
+    gaps = apply_backend(model, "kernels")
+    assert {g.op for g in gaps} == {"linear", "layer_norm", "conv1d", "embedding", "gelu", "attention"}
+    assert "no kernel yet" in caplog.text
+    assert all(g.reason for g in kernel_gaps())
+    with pytest.raises(ValueError, match="unknown layer backend"):
+        apply_backend(model, "cuda-magic")
+
+
+@pytest.mark.parametrize("registry", [ARCHITECTURES, CONVERTERS, FEATURE_EXTRACTORS, TOKENIZERS, DECODE_STRATEGIES])
+def test_every_lazy_entry_resolves(registry: Registry) -> None:
+    assert registry.names()
+    for name in registry.names():
+        assert registry.get(name) is not None
+
+
+def test_decode_strategies_declare_what_they_consume() -> None:
+    for _, strategy in DECODE_STRATEGIES.items():
+        assert strategy.consumes in ("encoder_hidden_states", "log_probs")
+        assert isinstance(strategy.incremental, bool)
+
+
+def test_unknown_entry_names_the_registered_ones() -> None:
+    with pytest.raises(UnknownEntryError, match="whisper"):
+        ARCHITECTURES.get("wav2vec9")
+
+
+def test_registering_a_different_object_twice_is_an_error() -> None:
+    registry: Registry[type] = Registry("thing")
+    registry.register("a")(int)
+    registry.register("a")(int)
+    with pytest.raises(ValueError, match="twice"):
+        registry.register("a")(str)
