@@ -201,7 +201,7 @@ def _decode_with_pyav(handle: str | io.BytesIO) -> _Decoded:
     channel count and smooths over streams that change them midway.
     Undecodable metadata tags are ignored: they say nothing about the audio.
     """
-    with av.open(handle, mode="r", metadata_errors="ignore") as container:
+    with _open_container(handle) as container:
         if not container.streams.audio:
             raise _NoAudioStream()
         stream = container.streams.audio[0]
@@ -219,6 +219,13 @@ def _decode_with_pyav(handle: str | io.BytesIO) -> _Decoded:
         return _Decoded(samples=np.zeros((0, 1), dtype=np.float32), sample_rate=rate or SAMPLE_RATE)
     planar = np.concatenate(chunks, axis=1)  # (channels, frames)
     return _Decoded(samples=np.ascontiguousarray(planar.T, dtype=np.float32), sample_rate=rate)
+
+
+def _open_container(handle: str | io.BytesIO) -> av.container.InputContainer:
+    try:
+        return av.open(handle, mode="r", metadata_errors="ignore")
+    except TypeError:  # PyAV >= 19 removed the option (and no longer fails on undecodable tags)
+        return av.open(handle, mode="r")
 
 
 def _describe_av_error(exc: BaseException) -> str:
