@@ -144,6 +144,7 @@ class WhisperForConditionalGeneration(nn.Module):
     feature_extractor = "whisper_logmel"
     tokenizer = "whisper_hf_json"
     decode_family = "aed"
+    default_decode_strategy = "aed_greedy"
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
 
