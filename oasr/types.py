@@ -26,6 +26,16 @@ class TranscribeOptions:
 
 
 @dataclass(frozen=True)
+class DecodeOptions:
+    """Per-request options. ``language=None`` lets a multilingual model detect it."""
+
+    language: str | None = None
+    task: Task = "transcribe"
+    max_new_tokens: int | None = None  # default: whatever the decoder's positions allow
+    min_new_tokens: int = 0  # end-of-text is suppressed before this many tokens (fixed-length benchmarks)
+
+
+@dataclass(frozen=True)
 class Segment:
     """A span of the input with its text. Today one per 30 s decoding window; timestamp decoding refines these."""
 

@@ -1,72 +1,48 @@
-"""Batched greedy decoding for attention encoder-decoders, against a preallocated KV cache."""
+"""Greedy token selection for attention encoder-decoders: logit filters, then argmax, on whole batches.
+
+The engine owns the loop (and its KV cache); this strategy decides one token per row per step without host
+syncs, so it can run inside a captured CUDA graph.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.logit_filters import SuppressAtBegin, SuppressTokens
-
-LogitFilter = Callable[[torch.Tensor, int], None]
 
 
-class AEDModel(Protocol):
-    def new_cache(self, encoder_out: torch.Tensor, max_positions: int | None = None) -> object: ...
-
-    def decode(self, tokens: torch.Tensor, cache: object, offset: int) -> torch.Tensor: ...
+def token_mask(token_ids: Sequence[int], vocab_size: int, device: torch.device) -> torch.Tensor:
+    mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
+    mask[[t for t in token_ids if 0 <= t < vocab_size]] = True
+    return mask
 
 
 @dataclass(frozen=True)
 class AEDGreedyOptions:
     eot: int
     vocab_size: int
-    max_length: int  # prompt + generated tokens, as Whisper's 448-position decoder allows
-    suppress_tokens: tuple[int, ...] = ()
-    begin_suppress_tokens: tuple[int, ...] = ()
+    suppress_tokens: tuple[int, ...] = ()  # never emitted
+    begin_suppress_tokens: tuple[int, ...] = ()  # not emitted as the first generated token
 
 
 @DECODE_STRATEGIES.register("aed_greedy")
-class AEDGreedyDecoder:
+class AEDGreedy:
     consumes: ClassVar[str] = "encoder_hidden_states"
     incremental: ClassVar[bool] = True
 
     def __init__(self, options: AEDGreedyOptions, device: torch.device) -> None:
         self.options = options
-        self.filters: list[LogitFilter] = [
-            SuppressTokens(options.suppress_tokens, options.vocab_size, device),
-            SuppressAtBegin(options.begin_suppress_tokens, options.vocab_size, device),
-        ]
+        self.suppress = token_mask(options.suppress_tokens, options.vocab_size, device)
+        self.begin_suppress = token_mask(options.begin_suppress_tokens, options.vocab_size, device) | self.suppress
 
-    def decode(self, model: AEDModel, encoder_out: torch.Tensor, prompts: torch.Tensor) -> list[list[int]]:
-        """encoder_out: [B, S, D]; prompts: [B, P] (one prompt length per batch) -> generated ids per row,
-        without the prompt and without the end-of-text token."""
-        o = self.options
-        batch, prompt_len = prompts.shape
-        budget = o.max_length - prompt_len
-        if budget <= 0:
-            raise ValueError(f"prompt of {prompt_len} tokens leaves no room under max_length {o.max_length}")
-        cache = model.new_cache(encoder_out, max_positions=o.max_length)
-        logits = model.decode(prompts, cache, 0)[:, -1]
-        out = torch.full((batch, budget), o.eot, dtype=torch.long, device=prompts.device)
-        finished = torch.zeros(batch, dtype=torch.bool, device=prompts.device)
-        num_steps = 0
-        for step in range(budget):
-            for apply in self.filters:
-                apply(logits, step)
-            tokens = torch.where(finished, o.eot, logits.argmax(dim=-1))
-            out[:, step] = tokens
-            finished |= tokens == o.eot
-            num_steps = step + 1
-            if step + 1 == budget or bool(finished.all()):
-                break
-            logits = model.decode(tokens[:, None], cache, prompt_len + step)[:, -1]
-        return [_until_eot(row, o.eot) for row in out[:, :num_steps].tolist()]
-
-
-def _until_eot(row: Sequence[int], eot: int) -> list[int]:
-    row = list(row)
-    return row[: row.index(eot)] if eot in row else row
+    def select(self, logits: torch.Tensor, *, first: bool, eot_allowed: torch.Tensor) -> torch.Tensor:
+        """logits: [B, vocab] float; eot_allowed: bool [B] (False while a row is below its minimum length)
+        -> next tokens [B] (int64)."""
+        logits = logits.masked_fill(self.begin_suppress if first else self.suppress, float("-inf"))
+        eot = self.options.eot
+        logits[:, eot] = torch.where(eot_allowed, logits[:, eot], float("-inf"))
+        return logits.argmax(dim=-1)

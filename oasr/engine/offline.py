@@ -1,24 +1,30 @@
-"""Batched offline transcription: inputs -> 30 s windows -> batches -> per-input results, in input order.
+"""Offline transcription through the engine: inputs -> 30 s windows -> requests -> per-input results, in order.
 
-Audio longer than one window is cut into consecutive 30 s windows whose texts are joined; sequential long-form
-decoding with timestamps (and VAD-cut parallel windows) replaces this naive cut later.
+Audio is decoded on worker threads ahead of the engine (libsndfile, FFmpeg and soxr release the GIL), so the
+GPU is not left waiting on file I/O. Audio longer than one window is cut into consecutive 30 s windows whose
+texts are joined; timestamped sequential long-form decoding replaces this naive cut later.
 """
 
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
-from oasr.engine.whisper_session import WhisperSession
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
-from oasr.types import Segment, Transcription, TranscribeOptions
+from oasr.types import DecodeOptions, Segment, Transcription, TranscribeOptions
 
 AudioInput = str | os.PathLike | bytes | np.ndarray
+_DECODE_THREADS = 4
+_DECODE_LOOKAHEAD = 64
 
 
 @dataclass
@@ -53,45 +59,74 @@ def split_windows(samples: np.ndarray, window: int) -> list[np.ndarray]:
     return [samples[start : start + window] for start in range(0, len(samples), window)]
 
 
+def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = None) -> EngineConfig:
+    """``batch_size`` bounds the windows decoding at once and the windows encoded per step."""
+    base = base or EngineConfig()
+    s = base.scheduler
+    return replace(
+        base,
+        scheduler=replace(
+            s,
+            max_num_seqs=options.batch_size,
+            max_encode_rows=min(s.max_encode_rows, options.batch_size),
+            max_combined_encode_rows=min(s.max_combined_encode_rows, options.batch_size),
+        ),
+    )
+
+
 class OfflineTranscriber:
-    def __init__(self, loaded: LoadedModel, options: TranscribeOptions) -> None:
+    def __init__(self, loaded: LoadedModel, options: TranscribeOptions, config: EngineConfig | None = None) -> None:
         self.loaded = loaded
         self.options = options
-        self.session = WhisperSession(loaded, options)
+        self.engine = ASREngine(loaded, engine_config_for(options, config))
+        self.decode_options = DecodeOptions(language=options.language, task=options.task)
         self.window = loaded.features.config.n_samples
 
     def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
-        """Yields one result per input, in order; inputs that fail to decode yield a result with ``error``."""
-        order: list[_Pending | Transcription] = []
-        queue: list[tuple[_Pending, int, np.ndarray]] = []
-        for index, item in enumerate(inputs):
-            name = describe(item, index)
-            try:
-                samples = to_samples(item, name)
-            except AudioDecodeError as exc:
-                order.append(Transcription(source=name, text="", language=None, duration_s=0.0, error=str(exc)))
-            else:
+        """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``."""
+        order: deque[_Pending | Transcription] = deque()
+        by_id: dict[str, tuple[_Pending, int]] = {}
+
+        def requests() -> Iterator[tuple[str, np.ndarray, DecodeOptions]]:
+            for index, name, samples in self._decoded(inputs):
+                if isinstance(samples, AudioDecodeError):
+                    order.append(Transcription(source=name, text="", language=None, duration_s=0.0, error=str(samples)))
+                    continue
                 windows = split_windows(samples, self.window)
                 pending = _Pending(name, audio_duration(samples, SAMPLE_RATE), len(windows))
                 order.append(pending)
-                queue.extend((pending, i, w) for i, w in enumerate(windows))
-            while len(queue) >= self.options.batch_size:
-                self._run_batch(queue[: self.options.batch_size])
-                del queue[: self.options.batch_size]
+                for w, window in enumerate(windows):
+                    request_id = f"{index}/{w}"
+                    by_id[request_id] = (pending, w)
+                    yield request_id, window, self.decode_options
+
+        for output in self.engine.run(requests()):
+            pending, w = by_id.pop(output.request_id)
+            pending.tokens[w] = output.token_ids
+            pending.languages[w] = output.language
             yield from self._drain(order)
-        if queue:
-            self._run_batch(queue)
         yield from self._drain(order)
 
-    def _run_batch(self, batch: list[tuple[_Pending, int, np.ndarray]]) -> None:
-        results = self.session.decode_windows([w for _, _, w in batch])
-        for (pending, window_index, _), result in zip(batch, results, strict=True):
-            pending.tokens[window_index] = result.token_ids
-            pending.languages[window_index] = result.language
+    def _decoded(self, inputs: Iterable[AudioInput]) -> Iterator[tuple[int, str, np.ndarray | AudioDecodeError]]:
+        def work(index: int, item: AudioInput) -> tuple[int, str, np.ndarray | AudioDecodeError]:
+            name = describe(item, index)
+            try:
+                return index, name, to_samples(item, name)
+            except AudioDecodeError as exc:
+                return index, name, exc
 
-    def _drain(self, order: list[_Pending | Transcription]) -> Iterator[Transcription]:
+        with ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="oasr-audio") as pool:
+            ahead: deque[Future] = deque()
+            for index, item in enumerate(inputs):
+                ahead.append(pool.submit(work, index, item))
+                if len(ahead) >= _DECODE_LOOKAHEAD:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+
+    def _drain(self, order: deque[_Pending | Transcription]) -> Iterator[Transcription]:
         while order and (isinstance(order[0], Transcription) or order[0].done):
-            head = order.pop(0)
+            head = order.popleft()
             yield head if isinstance(head, Transcription) else self._finish(head)
 
     def _finish(self, pending: _Pending) -> Transcription:

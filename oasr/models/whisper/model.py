@@ -1,34 +1,18 @@
 """Whisper, module for module in the Hugging Face key layout (``model.encoder.layers.0.self_attn.q_proj`` ...).
 
-The decoder runs incrementally against a preallocated cache: self-attention K/V for up to
-``max_target_positions`` tokens and cross-attention K/V computed once from the encoder output.
+The decoder attends through a ``SelfAttentionCache`` (the engine's paged pool, or none for teacher forcing);
+cross-attention K/V are computed once per request by ``cross_kv``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from oasr.layers import GELU, Conv1d, Embedding, LayerNorm, Linear, MultiHeadAttention
+from oasr.layers.cache import FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.whisper.config import WhisperConfig, tiny_whisper_config
-
-
-@dataclass
-class WhisperKVCache:
-    """Per-batch decoder state. Tensors are [layers, batch, heads, positions, head_dim]."""
-
-    self_k: torch.Tensor
-    self_v: torch.Tensor
-    cross_k: torch.Tensor
-    cross_v: torch.Tensor
-
-    @property
-    def max_positions(self) -> int:
-        return self.self_k.shape[3]
-
 
 
 class WhisperEncoderLayer(nn.Module):
@@ -71,15 +55,6 @@ class WhisperEncoder(nn.Module):
         return self.layer_norm(x)
 
 
-def _causal_mask(num_new: int, offset: int, device: torch.device) -> torch.Tensor | None:
-    """Bool [1, 1, num_new, offset + num_new]: new token i sees cached positions <= offset + i."""
-    if num_new == 1:
-        return None
-    rows = torch.arange(num_new, device=device)[:, None] + offset
-    cols = torch.arange(offset + num_new, device=device)[None, :]
-    return (cols <= rows)[None, None]
-
-
 class WhisperDecoderLayer(nn.Module):
     def __init__(self, config: WhisperConfig) -> None:
         super().__init__()
@@ -94,16 +69,13 @@ class WhisperDecoderLayer(nn.Module):
         self.act = GELU()
 
     def forward(
-        self, x: torch.Tensor, cache: WhisperKVCache, index: int, offset: int, mask: torch.Tensor | None
+        self, x: torch.Tensor, cache: SelfAttentionCache, index: int, cross_k: torch.Tensor, cross_v: torch.Tensor
     ) -> torch.Tensor:
-        end = offset + x.shape[1]
+        """x: [B, T, D]; cross_k/v: [B, H, S, D] of this layer -> [B, T, D]."""
         h = self.self_attn_layer_norm(x)
-        k, v = self.self_attn.project_kv(h)
-        cache.self_k[index, :, :, offset:end] = k
-        cache.self_v[index, :, :, offset:end] = v
-        x = x + self.self_attn.attend(h, cache.self_k[index, :, :, :end], cache.self_v[index, :, :, :end], mask=mask)
-        h = self.encoder_attn_layer_norm(x)
-        x = x + self.encoder_attn.attend(h, cache.cross_k[index], cache.cross_v[index])
+        ctx = cache.update(index, *self.self_attn.project_kv(h))
+        x = x + self.self_attn.attend(h, ctx.k, ctx.v, mask=ctx.mask, is_causal=ctx.is_causal)
+        x = x + self.encoder_attn.attend(self.encoder_attn_layer_norm(x), cross_k, cross_v)
         return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
 
 
@@ -116,16 +88,18 @@ class WhisperDecoder(nn.Module):
         self.layers = nn.ModuleList(WhisperDecoderLayer(config) for _ in range(config.decoder_layers))
         self.layer_norm = LayerNorm(d)
 
-    def forward(self, tokens: torch.Tensor, cache: WhisperKVCache, offset: int) -> torch.Tensor:
-        """tokens: [B, T] at positions offset..offset+T-1 -> hidden states [B, T, d_model]; fills the cache."""
-        num_new = tokens.shape[1]
-        if offset + num_new > cache.max_positions:
-            raise ValueError(f"decoder position {offset + num_new} exceeds the cache ({cache.max_positions})")
-        positions = self.embed_positions.weight[offset : offset + num_new]
-        x = self.embed_tokens(tokens) + positions
-        mask = _causal_mask(num_new, offset, tokens.device)
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: SelfAttentionCache,
+        cross_k: torch.Tensor,
+        cross_v: torch.Tensor,
+    ) -> torch.Tensor:
+        """tokens, positions: [B, T]; cross_k/v: [layers, B, H, S, D] -> hidden states [B, T, d_model]."""
+        x = self.embed_tokens(tokens) + self.embed_positions(positions)
         for index, layer in enumerate(self.layers):
-            x = layer(x, cache, index, offset, mask)
+            x = layer(x, cache, index, cross_k[index], cross_v[index])
         return self.layer_norm(x)
 
 
@@ -166,27 +140,24 @@ class WhisperForConditionalGeneration(nn.Module):
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         return self.model.encoder(features.to(self.proj_out.weight.dtype))
 
-    def new_cache(self, encoder_out: torch.Tensor, max_positions: int | None = None) -> WhisperKVCache:
-        """Preallocates self-attention K/V and computes cross-attention K/V once for ``encoder_out``."""
-        c = self.config
-        max_positions = max_positions or c.max_target_positions
-        batch = encoder_out.shape[0]
-        heads = c.decoder_attention_heads
-        shape = (c.decoder_layers, batch, heads, max_positions, c.d_model // heads)
-        self_k = encoder_out.new_zeros(shape)
-        cross = [layer.encoder_attn.project_kv(encoder_out) for layer in self.model.decoder.layers]
-        return WhisperKVCache(
-            self_k=self_k,
-            self_v=torch.zeros_like(self_k),
-            cross_k=torch.stack([k for k, _ in cross]),
-            cross_v=torch.stack([v for _, v in cross]),
-        )
+    def cross_kv(self, encoder_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention K/V of every decoder layer, computed once per request: each [layers, B, H, S, D]."""
+        pairs = [layer.encoder_attn.project_kv(encoder_out) for layer in self.model.decoder.layers]
+        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
 
-    def decode(self, tokens: torch.Tensor, cache: WhisperKVCache, offset: int) -> torch.Tensor:
-        """tokens: [B, T] -> logits [B, T, vocab] (float32)."""
-        return self.proj_out(self.model.decoder(tokens, cache, offset)).float()
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: SelfAttentionCache,
+        cross_k: torch.Tensor,
+        cross_v: torch.Tensor,
+    ) -> torch.Tensor:
+        """tokens, positions: [B, T] -> logits [B, T, vocab] (float32)."""
+        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v)).float()
 
     def forward(self, features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, vocab] for a whole token prefix (tests, scoring)."""
-        cache = self.new_cache(self.encode(features), max_positions=decoder_input_ids.shape[1])
-        return self.decode(decoder_input_ids, cache, offset=0)
+        cross_k, cross_v = self.cross_kv(self.encode(features))
+        positions = torch.arange(decoder_input_ids.shape[1], device=decoder_input_ids.device).expand_as(decoder_input_ids)
+        return self.decode(decoder_input_ids, positions, FullContext(), cross_k, cross_v)

@@ -1,0 +1,54 @@
+"""Engine configuration: one frozen dataclass per concern, validated when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Caps per walk (rows of one step) and the fairness bound. Pure numbers: the scheduler sees no tensors."""
+
+    max_num_seqs: int = 256  # requests holding decode state at once (= decode rows, = cross-attention slots)
+    max_encode_rows: int = 64  # new requests encoded in one step when nothing is decoding
+    max_encoder_frames: int = 64 * 3000  # feature frames through the encoder in one step
+    max_combined_encode_rows: int = 16  # encode rows beside a running decode walk (keeps decode latency flat)
+    decode_steps_per_tick: int = 4  # decode steps run back to back before tokens are read on the host
+    combined_decode_steps: int = 1  # decode steps in a step that also encodes (newcomers' first tokens wait less)
+    starvation_bound: int = 64  # steps the head of the queue may wait for room before a running request yields
+    policy: str = "fifo"
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_encode_rows", "max_combined_encode_rows", "decode_steps_per_tick",
+                     "combined_decode_steps", "starvation_bound", "max_encoder_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Decoder self-attention K/V lives in a pool of fixed-size blocks."""
+
+    block_size: int = 16  # token positions per block
+    num_blocks: int | None = None  # explicit pool size; else derived from memory_budget_bytes
+    # Self-attention pool + cross-attention slots, at most. None: 40% of free GPU memory, or 1 GiB on CPU.
+    memory_budget_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or (self.num_blocks is not None and self.num_blocks < 2):
+            raise ValueError("CacheConfig needs block_size >= 1 and, if given, num_blocks >= 2")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    cuda_graphs: bool = True  # capture decode steps per batch bucket (CUDA only; eager elsewhere)
+    batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)

@@ -1,0 +1,106 @@
+"""``ASREngine``: requests in, results out, one ``step()`` at a time (schedule -> execute -> update)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from oasr.engine.aed_runner import AEDRunner
+from oasr.engine.block_pool import BlockPool
+from oasr.engine.config import EngineConfig
+from oasr.engine.request import Request, RequestOutput
+from oasr.engine.scheduler import Scheduler
+from oasr.errors import OASRError
+from oasr.models.loader import LoadedModel
+from oasr.types import DecodeOptions
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    num_waiting: int
+    num_running: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    num_slots: int
+
+
+class ASREngine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
+        config = config or EngineConfig()
+        if type(loaded.model).decode_family != "aed":
+            raise OASRError(f"{loaded.name}: decode family {type(loaded.model).decode_family!r} is not served yet")
+        self.loaded = loaded
+        self.runner = AEDRunner(loaded, config)
+        # The memory plan may grant fewer slots than asked; the scheduler must not hand out more.
+        self.config = replace(config, scheduler=replace(config.scheduler, max_num_seqs=self.runner.num_slots))
+        self.pool = BlockPool(self.runner.plan.num_blocks, config.cache.block_size)
+        self.scheduler = Scheduler(
+            self.config.scheduler, self.pool, eot=loaded.tokenizer.special.eot, max_positions=self.runner.max_positions
+        )
+        self._ids = itertools.count()
+
+    def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None, request_id: str | None = None) -> str:
+        """Queues one window of 16 kHz audio (at most the model's window); returns the request id."""
+        options = options or DecodeOptions()
+        self.runner.prompter.check(options)
+        window = self.loaded.features.config.n_samples
+        if len(audio) > window:
+            raise OASRError(f"audio of {len(audio)} samples exceeds the model's window ({window}); split it first")
+        room = self.runner.max_positions - self.runner.prompt_len
+        max_new = room if options.max_new_tokens is None else min(options.max_new_tokens, room)
+        if max_new < 1 or options.min_new_tokens > max_new:
+            raise OASRError(f"max_new_tokens {options.max_new_tokens} / min_new_tokens {options.min_new_tokens} "
+                            f"do not fit the decoder's {room} free positions")
+        request = Request(
+            request_id=request_id if request_id is not None else f"req-{next(self._ids)}",
+            audio=audio,
+            options=options,
+            prompt_len=self.runner.prompt_len,
+            num_frames=self.runner.num_frames,
+            max_new_tokens=max_new,
+        )
+        self.scheduler.add(request)
+        return request.request_id
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        return self.scheduler.abort(request_id)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> list[RequestOutput]:
+        out = self.scheduler.schedule()
+        if out.is_empty:
+            return []
+        result = self.runner.execute(out, self.scheduler.requests)
+        return self.scheduler.update(out, result)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_waiting=len(self.scheduler.waiting),
+            num_running=len(self.scheduler.running),
+            kv_blocks_used=self.pool.num_used,
+            kv_blocks_total=self.pool.num_blocks - 1,
+            num_slots=self.runner.num_slots,
+        )
+
+    def run(self, items: Iterable[tuple[str, np.ndarray, DecodeOptions]]) -> Iterator[RequestOutput]:
+        """Feeds ``(request_id, audio, options)`` as room appears; yields each finished output as it completes."""
+        pending = iter(items)
+        exhausted = False
+        while True:
+            while not exhausted and len(self.scheduler.waiting) < self.config.scheduler.max_encode_rows:
+                item = next(pending, None)
+                if item is None:
+                    exhausted = True
+                else:
+                    request_id, audio, options = item
+                    self.add_request(audio, options, request_id=request_id)
+            if not self.has_unfinished():
+                return
+            for output in self.step():
+                if output.finished:
+                    yield output

@@ -1,0 +1,76 @@
+"""Device memory for decoding: the paged self-attention pool and the per-slot cross-attention K/V.
+
+Pool layout: ``k[layer]`` is [num_blocks * block_size, heads, head_dim]; position p of a request whose block
+table is ``t`` lives at row ``t[p // block_size] * block_size + p % block_size``. Block 0 is the null block:
+idle decode rows point there so their (discarded) writes touch nothing live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from oasr.layers.cache import AttentionInputs
+
+
+@dataclass(frozen=True)
+class KVShape:
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    cross_len: int  # encoder positions each request attends to
+
+    def cross_bytes_per_slot(self, dtype: torch.dtype) -> int:
+        return 2 * self.num_layers * self.num_heads * self.cross_len * self.head_dim * dtype.itemsize
+
+    def self_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        return 2 * self.num_layers * block_size * self.num_heads * self.head_dim * dtype.itemsize
+
+
+class PagedKVPool:
+    def __init__(self, shape: KVShape, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device):
+        rows = num_blocks * block_size
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.k = torch.zeros(shape.num_layers, rows, shape.num_heads, shape.head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.offsets = torch.arange(block_size, device=device)
+
+    def rows(self, block_table: torch.Tensor) -> torch.Tensor:
+        """block_table: [B, nb] -> pool rows of positions 0 .. nb * block_size - 1 of each request: [B, nb * bs]."""
+        return (block_table[:, :, None] * self.block_size + self.offsets).flatten(1)
+
+
+class PagedContext:
+    """One forward's view of the pool: where the new tokens' K/V go, and which positions each query sees.
+
+    write_rows: [B * T] pool rows for the new tokens (row-major over B then T);
+    read_rows: [B, L] pool rows of the positions to attend; mask: bool [B, 1, T, L].
+    """
+
+    def __init__(self, pool: PagedKVPool, write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor):
+        self.pool = pool
+        self.write_rows = write_rows
+        self.read_rows = read_rows
+        self.mask = mask
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> AttentionInputs:
+        b, h, t, d = k.shape
+        self.pool.k[layer].index_copy_(0, self.write_rows, k.transpose(1, 2).reshape(b * t, h, d))
+        self.pool.v[layer].index_copy_(0, self.write_rows, v.transpose(1, 2).reshape(b * t, h, d))
+        keys = self.pool.k[layer][self.read_rows].transpose(1, 2)
+        values = self.pool.v[layer][self.read_rows].transpose(1, 2)
+        return AttentionInputs(k=keys, v=values, mask=self.mask)
+
+
+def paged_context(pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor) -> PagedContext:
+    """block_table: [B, nb]; positions: [B, T] of the new tokens (consecutive per row).
+    Each query attends to every cached position up to and including its own."""
+    read_rows = pool.rows(block_table)
+    # Live rows always have a block for their position; idle rows (null table) may run past the table.
+    block = block_table.gather(1, (positions // pool.block_size).clamp(max=block_table.shape[1] - 1))
+    write_rows = (block * pool.block_size + positions % pool.block_size).reshape(-1)
+    span = torch.arange(read_rows.shape[1], device=positions.device)
+    mask = (span[None, None, :] <= positions[:, :, None])[:, None]
+    return PagedContext(pool, write_rows, read_rows, mask)

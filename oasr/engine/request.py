@@ -1,0 +1,81 @@
+"""Requests as the scheduler tracks them, and what the engine hands back."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oasr.types import DecodeOptions
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, holds nothing
+    RUNNING = "running"  # encoded: holds a slot and KV blocks, decoding
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+
+class FinishReason(enum.Enum):
+    END_OF_TEXT = "end_of_text"
+    LENGTH = "length"
+    ABORTED = "aborted"
+
+
+@dataclass
+class RequestTimings:
+    """Monotonic seconds (``time.perf_counter``)."""
+
+    queued: float = field(default_factory=time.perf_counter)
+    encode_start: float | None = None
+    encode_end: float | None = None
+    first_token: float | None = None
+    finished: float | None = None
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    audio: np.ndarray  # 16 kHz mono float32, at most one decoding window
+    options: DecodeOptions
+    prompt_len: int = 0  # decoder prompt tokens (set when added: the model decides)
+    num_frames: int = 0  # encoder input frames (for the per-step frame cap)
+    max_new_tokens: int = 0  # resolved budget of generated tokens
+    status: RequestStatus = RequestStatus.WAITING
+    slot: int | None = None
+    block_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    language: str | None = None
+    finish_reason: FinishReason | None = None
+    # Scheduler bookkeeping.
+    arrival_step: int = 0
+    num_passed_over: int = 0
+    num_preemptions: int = 0
+    timings: RequestTimings = field(default_factory=RequestTimings)
+
+    @property
+    def num_cached(self) -> int:
+        """Decoder positions whose K/V is in the cache: the prompt and every output token but the newest."""
+        return self.prompt_len + max(len(self.output_ids) - 1, 0)
+
+    def reset_for_recompute(self) -> None:
+        """Preempted: drop all decode state; the request is encoded and decoded again from scratch."""
+        self.status = RequestStatus.WAITING
+        self.slot = None
+        self.block_ids = []
+        self.output_ids = []
+        self.language = None
+        self.num_passed_over = 0
+        self.num_preemptions += 1
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    request_id: str
+    token_ids: list[int]
+    language: str | None
+    finished: bool
+    finish_reason: FinishReason | None
+    timings: RequestTimings
