@@ -102,7 +102,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"transcribe": cmd_transcribe, "models": cmd_models, "convert": cmd_convert}
+def cmd_bench(args: argparse.Namespace) -> int:
+    from oasr.bench.command import run
+
+    return run(args)
+
+
+COMMANDS = {"transcribe": cmd_transcribe, "models": cmd_models, "convert": cmd_convert, "bench": cmd_bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_transcribe(sub)
     _add_models(sub)
     _add_convert(sub)
+    from oasr.bench.command import add_parser
+
+    add_parser(sub)
     return parser
 
 

@@ -40,3 +40,53 @@ def test_cuda_tokens_agree_with_fp32_cpu(english_audio, cpu_tokens, dtype: str, 
     for clip_id, cpu_text, gpu_text in differing:
         print(f"  {clip_id}\n    cpu : {cpu_text.strip()}\n    cuda: {gpu_text}")
     assert agreement >= min_agreement
+
+
+def test_cuda_graphs_and_eager_decode_give_identical_tokens(english_audio) -> None:
+    from dataclasses import replace
+
+    from oasr.engine.config import CacheConfig, EngineConfig, RunnerConfig
+    from oasr.engine.engine import ASREngine
+    from oasr.types import DecodeOptions
+
+    _, audio = english_audio
+    loaded = from_pretrained("tiny.en", device="cuda", dtype="float16")
+    base = EngineConfig(cache=CacheConfig(memory_budget_bytes=2 << 30))
+    results = []
+    for graphs in (True, False):
+        engine = ASREngine(loaded, replace(base, runner=RunnerConfig(cuda_graphs=graphs)))
+        outputs = engine.run((f"c{i}", a, DecodeOptions()) for i, a in enumerate(audio))
+        results.append({o.request_id: o.token_ids for o in outputs})
+        if graphs:
+            assert engine.runner._graphs, "no decode step was captured"
+    assert results[0] == results[1]
+
+
+def test_newcomer_first_token_within_the_bound_while_the_decode_set_is_full(english_audio) -> None:
+    import time
+
+    from oasr.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from oasr.engine.engine import ASREngine
+    from oasr.types import DecodeOptions
+
+    _, audio = english_audio
+    bound = 8
+    loaded = from_pretrained("tiny.en", device="cuda", dtype="float16")
+    config = EngineConfig(scheduler=SchedulerConfig(max_num_seqs=64, starvation_bound=bound),
+                          cache=CacheConfig(memory_budget_bytes=2 << 30))
+    engine = ASREngine(loaded, config)
+    long = DecodeOptions(min_new_tokens=400, max_new_tokens=400)
+    for i in range(64):
+        engine.add_request(audio[i % len(audio)], long, request_id=f"long-{i}")
+    for _ in range(5):
+        engine.step()
+    assert engine.stats().num_running == 64
+    engine.add_request(audio[0], request_id="newcomer")
+    start, steps = time.perf_counter(), 0
+    while True:
+        steps += 1
+        if any(o.request_id == "newcomer" for o in engine.step()):
+            break
+    elapsed = time.perf_counter() - start
+    print(f"\nnewcomer's first token after {steps} steps, {elapsed * 1000:.1f} ms, with 64 rows decoding")
+    assert steps <= bound + 1

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from hf_reference import hf_whisper_from
+from oasr.bench.peer_transformers import hf_whisper_from
 from oasr.api import transcribe
 from oasr.audio import load_audio
 from oasr.bench.wer import word_error_rate

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from collections.abc import Mapping
 
 import torch
@@ -78,6 +79,8 @@ class AEDRunner:
         self._graph_pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         max_steps = max(config.scheduler.decode_steps_per_tick, config.scheduler.combined_decode_steps)
         self._step_tokens = torch.zeros(max_steps, slots, **long)
+        # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
+        self.phase_seconds = {"encode": 0.0, "decode": 0.0}
 
     @property
     def num_slots(self) -> int:
@@ -101,8 +104,15 @@ class AEDRunner:
             released = torch.tensor(out.released_slots, device=self.device)
             self.block_table.index_fill_(0, released, 0)
             self.positions.index_fill_(0, released, 0)
-        decoded = self._decode(out.decode, out.num_decode_steps) if out.decode else {}
-        encoded = self._encode(out.encode, requests) if out.encode else {}
+        decoded, encoded = {}, {}
+        if out.decode:
+            start = time.perf_counter()
+            decoded = self._decode(out.decode, out.num_decode_steps)
+            self.phase_seconds["decode"] += time.perf_counter() - start
+        if out.encode:
+            start = time.perf_counter()
+            encoded = self._encode(out.encode, requests)
+            self.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(encoded=encoded, decoded=decoded)
 
     # ------------------------------------------------------------------ decode walk

@@ -1,0 +1,54 @@
+"""Whisper shapes with random weights, so speed at large sizes can be compared without those checkpoints."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from oasr.features import FEATURE_EXTRACTORS
+from oasr.models import ARCHITECTURES
+from oasr.models.embedded import resolve_embedded
+from oasr.models.loader import LoadedModel
+from oasr.models.whisper.config import WhisperConfig
+from oasr.tokenizers import TOKENIZERS
+
+WHISPER_SHAPES: dict[str, WhisperConfig] = {
+    "whisper-small": WhisperConfig(vocab_size=51865, num_mel_bins=80, d_model=768, encoder_layers=12,
+                                   encoder_attention_heads=12, encoder_ffn_dim=3072, decoder_layers=12,
+                                   decoder_attention_heads=12, decoder_ffn_dim=3072),
+    "whisper-large-v3": WhisperConfig(vocab_size=51866, num_mel_bins=128, d_model=1280, encoder_layers=32,
+                                      encoder_attention_heads=20, encoder_ffn_dim=5120, decoder_layers=32,
+                                      decoder_attention_heads=20, decoder_ffn_dim=5120),
+}
+WHISPER_SHAPES["whisper-large-v3-turbo"] = replace(WHISPER_SHAPES["whisper-large-v3"], decoder_layers=4)
+
+
+def random_whisper(arch: str, *, device: torch.device, dtype: torch.dtype, seed: int = 0) -> tuple[LoadedModel, dict]:
+    """A randomly initialised Whisper of a published shape, with the multilingual tokenizer of ``base`` for its
+    special tokens. Returns the loaded model and its state dict (to give a peer identical weights)."""
+    if arch not in WHISPER_SHAPES:
+        raise ValueError(f"unknown shape {arch!r}; choose one of {', '.join(WHISPER_SHAPES)}")
+    config = WHISPER_SHAPES[arch]
+    torch.manual_seed(seed)
+    cls = ARCHITECTURES.get("whisper")
+    model = cls.from_config(config)
+    with torch.no_grad():  # small weights keep fp16 activations finite through 32 layers
+        for p in model.parameters():
+            p.mul_(0.5)
+    state = {k: v.clone() for k, v in model.state_dict().items() if k != "proj_out.weight"}
+    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    tokenizer_file = resolve_embedded("base").directory / "tokenizer.json"
+    loaded = LoadedModel(
+        name=f"{arch} (random weights)",
+        architecture="whisper",
+        format="random",
+        config=config,
+        model=model,
+        tokenizer=TOKENIZERS.get("whisper_hf_json")(tokenizer_file),
+        features=FEATURE_EXTRACTORS.get("whisper_logmel").for_model(config),
+        device=device,
+        dtype=dtype,
+        kernel_gaps=[],
+    )
+    return loaded, state
