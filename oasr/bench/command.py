@@ -35,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--latency", action="store_true", help="also time single requests alone")
     p.add_argument("--random-weights", action="store_true", help="random weights of --arch's shape on both sides")
     p.add_argument("--arch", default="whisper-large-v3")
+    p.add_argument("--tokenizer", type=Path, default=None, help="multilingual tokenizer.json for --random-weights")
     p.add_argument("--fixed-output-tokens", type=int, default=None, help="force exactly N generated tokens")
     p.add_argument("--num-utterances", type=int, default=256, help="synthetic clips when no manifest is given")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if args.random_weights:
         from oasr.bench.random_model import random_whisper
 
-        loaded, state = random_whisper(args.arch, device=device, dtype=dtype)
+        loaded, state = random_whisper(args.arch, device=device, dtype=dtype, tokenizer_file=args.tokenizer)
     else:
         loaded = from_pretrained(args.model, device=device, dtype=dtype, keep_checkpoint=args.peer is not None)
         state = loaded.checkpoint.state_dict if loaded.checkpoint else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -24,9 +25,11 @@ WHISPER_SHAPES: dict[str, WhisperConfig] = {
 WHISPER_SHAPES["whisper-large-v3-turbo"] = replace(WHISPER_SHAPES["whisper-large-v3"], decoder_layers=4)
 
 
-def random_whisper(arch: str, *, device: torch.device, dtype: torch.dtype, seed: int = 0) -> tuple[LoadedModel, dict]:
-    """A randomly initialised Whisper of a published shape, with the multilingual tokenizer of ``base`` for its
-    special tokens. Returns the loaded model and its state dict (to give a peer identical weights)."""
+def random_whisper(
+    arch: str, *, device: torch.device, dtype: torch.dtype, seed: int = 0, tokenizer_file: Path | None = None
+) -> tuple[LoadedModel, dict]:
+    """A randomly initialised Whisper of a published shape. Special tokens come from a multilingual
+    ``tokenizer.json`` (default: the ``base`` package's). Returns the model and its state dict (for a peer)."""
     if arch not in WHISPER_SHAPES:
         raise ValueError(f"unknown shape {arch!r}; choose one of {', '.join(WHISPER_SHAPES)}")
     config = WHISPER_SHAPES[arch]
@@ -38,7 +41,7 @@ def random_whisper(arch: str, *, device: torch.device, dtype: torch.dtype, seed:
             p.mul_(0.5)
     state = {k: v.clone() for k, v in model.state_dict().items() if k != "proj_out.weight"}
     model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
-    tokenizer_file = resolve_embedded("base").directory / "tokenizer.json"
+    tokenizer_file = tokenizer_file or resolve_embedded("base").directory / "tokenizer.json"
     loaded = LoadedModel(
         name=f"{arch} (random weights)",
         architecture="whisper",
