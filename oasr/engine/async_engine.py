@@ -1,0 +1,147 @@
+"""``AsyncEngine``: the engine loop on its own thread, served to asyncio callers.
+
+The loop thread owns the ``ASREngine`` (nothing else touches it): it takes new requests and aborts from a
+queue, runs ``step()`` while there is work, and hands every output to the caller's event loop. Tensor work
+releases the GIL, so request handling on the event loop keeps running while the GPU is busy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine, EngineStats
+from oasr.engine.request import RequestOutput
+from oasr.errors import OASRError
+from oasr.models.loader import LoadedModel
+from oasr.types import DecodeOptions
+
+
+class EngineOverloadedError(OASRError):
+    """The waiting queue is full: the caller should retry later."""
+
+
+class EngineDeadError(OASRError):
+    """The engine loop stopped after an internal error; no request can be served."""
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+
+
+class AsyncEngine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *, max_waiting: int = 1024) -> None:
+        self.engine = ASREngine(loaded, config)
+        self.loaded = loaded
+        self.max_waiting = max_waiting
+        self._inbox: queue.Queue = queue.Queue()
+        self._streams: dict[str, _Stream] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._stats = self.engine.stats()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="oasr-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ caller side (event loop)
+
+    def check(self, options: DecodeOptions) -> None:
+        """Raises ``UnsupportedOptionError`` for options the model cannot serve (before anything is queued)."""
+        self.engine.runner.prompter.check(options)
+
+    @property
+    def window_samples(self) -> int:
+        return self.loaded.features.config.n_samples
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    async def generate(self, audio: np.ndarray, options: DecodeOptions) -> AsyncIterator[RequestOutput]:
+        """Yields this request's outputs as its tokens arrive; the last one has ``finished=True``.
+        Leaving the iterator early (client gone, cancelled) aborts the request and frees its rows."""
+        if self._error is not None:
+            raise EngineDeadError(f"engine stopped: {self._error}")
+        if len(self._streams) >= self.max_waiting:
+            raise EngineOverloadedError(f"{len(self._streams)} requests in flight; try again later")
+        self.check(options)
+        request_id = f"async-{next(self._ids)}"
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._lock:
+            self._streams[request_id] = stream
+        self._inbox.put(("add", request_id, audio, options))
+        finished = False
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    finished = True
+                    return
+        finally:
+            with self._lock:
+                self._streams.pop(request_id, None)
+            if not finished:
+                self._inbox.put(("abort", request_id))
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._inbox.put(("stop",))
+        self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ loop thread
+
+    def _deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
+        with self._lock:
+            stream = self._streams.get(request_id)
+        if stream is not None:
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+
+    def _handle(self, message: tuple) -> None:
+        if message[0] == "add":
+            _, request_id, audio, options = message
+            try:
+                self.engine.add_request(audio, options, request_id=request_id)
+            except OASRError as exc:
+                self._deliver(request_id, exc)
+        elif message[0] == "abort":
+            self.engine.abort(message[1])
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                block = not self.engine.has_unfinished()
+                try:
+                    message = self._inbox.get(block=block, timeout=0.5 if block else None)
+                    while True:
+                        if message[0] == "stop":
+                            return
+                        self._handle(message)
+                        message = self._inbox.get_nowait()
+                except queue.Empty:
+                    pass
+                if self.engine.has_unfinished():
+                    for output in self.engine.step():
+                        self._deliver(output.request_id, output)
+                self._stats = self.engine.stats()
+        except BaseException as exc:  # the loop must not die silently: fail every waiting caller
+            self._error = exc
+            with self._lock:
+                ids = list(self._streams)
+            for request_id in ids:
+                self._deliver(request_id, EngineDeadError(f"engine stopped: {exc}"))
