@@ -235,3 +235,31 @@ def test_scheduler_module_imports_no_torch() -> None:
             for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
         }
         assert "torch" not in imported, dependency
+
+
+def test_beside_decode_rows_small_encode_walks_wait_until_worth_it_but_not_past_the_delay() -> None:
+    scheduler = make_scheduler(max_num_seqs=4, max_combined_encode_rows=4, min_combined_encode_rows=2,
+                               max_encode_delay=3)
+    lengths = {"a": 400, "b": 400, "c": 400, "short": 2, "late": 5, "later": 5}
+    runner = FakeRunner(lengths)
+    for request_id in ("a", "b", "c", "short"):
+        scheduler.add(make_request(request_id))
+    out = scheduler.schedule()
+    scheduler.update(out, runner.execute(out))
+    for _ in range(3):  # "short" finishes and frees one slot
+        out = scheduler.schedule()
+        scheduler.update(out, runner.execute(out))
+    assert len(scheduler.running) == 3
+    scheduler.add(make_request("late"))
+    scheduler.add(make_request("later"))
+    waited = 0
+    while True:
+        out = scheduler.schedule()
+        if out.encode:
+            break
+        assert out.num_decode_steps == scheduler.config.decode_steps_per_tick
+        waited += 1
+        scheduler.update(out, runner.execute(out))
+    # One free slot for two waiting rows is less than a worthwhile walk: the head waits, but only
+    # max_encode_delay steps.
+    assert [r.request_id for r in out.encode] == ["late"] and waited == 3

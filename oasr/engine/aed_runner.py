@@ -193,12 +193,12 @@ class AEDRunner:
         self.block_table.index_copy_(0, slots, table.to(self.device))
         table = self.block_table[slots, : -(-self.prompt_len // self.pool.block_size)]
 
-        languages = self._prefill_start(batch, table, cross_k, cross_v)
+        languages, first_position = self._pick_languages(batch, table, cross_k, cross_v)
         prompts = [self.prompter.prompt(lang, r.options.task) for lang, r in zip(languages, batch, strict=True)]
-        rest = torch.tensor([p[1:] for p in prompts], device=self.device)
-        positions = torch.arange(1, self.prompt_len, device=self.device).expand(len(rows), -1)
+        tokens = torch.tensor([p[first_position:] for p in prompts], device=self.device)
+        positions = torch.arange(first_position, self.prompt_len, device=self.device).expand(len(rows), -1)
         context = paged_context(self.pool, table, positions)
-        logits = self.model.decode(rest, positions, context, cross_k, cross_v)[:, -1]
+        logits = self.model.decode(tokens, positions, context, cross_k, cross_v)[:, -1]
         eot_from = torch.tensor([self.prompt_len - 1 + r.options.min_new_tokens for r in batch], device=self.device)
         first = self.strategy.select(logits, first=True, eot_allowed=eot_from <= self.prompt_len - 1)
         self.tokens.index_copy_(0, slots, first)
@@ -209,19 +209,22 @@ class AEDRunner:
             for row, token, lang in zip(rows, first.tolist(), languages, strict=True)
         }
 
-    def _prefill_start(
+    def _pick_languages(
         self, batch: list[Request], table: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor
-    ) -> list[str | None]:
-        """Writes ``<|startoftranscript|>`` at position 0 and, for rows without a language on a multilingual
-        model, picks the most likely language token from the logits that follow it."""
+    ) -> tuple[list[str | None], int]:
+        """Languages of the rows, and the first prompt position still to run. Rows without a language on a
+        multilingual model get the most likely language token after ``<|startoftranscript|>``; that costs one
+        extra decoder pass (position 0) for the whole batch, skipped when no row needs it."""
+        multilingual = self.prompter.config.is_multilingual
+        languages = [r.options.language if multilingual else "en" for r in batch]
+        detect = [i for i, r in enumerate(batch) if self.prompter.needs_detection(r.options)]
+        if not detect:
+            return languages, 0
         start = torch.full((len(batch), 1), self.special.sot, device=self.device)
         positions = torch.zeros_like(start)
         logits = self.model.decode(start, positions, paged_context(self.pool, table, positions), cross_k, cross_v)
-        languages = [r.options.language if self.prompter.config.is_multilingual else "en" for r in batch]
-        detect = [i for i, r in enumerate(batch) if self.prompter.needs_detection(r.options)]
-        if detect:
-            candidates = torch.tensor(self.prompter.language_token_ids, device=self.device)
-            best = logits[detect, -1][:, candidates].argmax(dim=-1).tolist()
-            for i, choice in zip(detect, best, strict=True):
-                languages[i] = self.prompter.language_names[choice]
-        return languages
+        candidates = torch.tensor(self.prompter.language_token_ids, device=self.device)
+        best = logits[detect, -1][:, candidates].argmax(dim=-1).tolist()
+        for i, choice in zip(detect, best, strict=True):
+            languages[i] = self.prompter.language_names[choice]
+        return languages, 1

@@ -17,12 +17,17 @@ class SchedulerConfig:
     max_combined_encode_rows: int = 16  # encode rows beside a running decode walk (keeps decode latency flat)
     decode_steps_per_tick: int = 4  # decode steps run back to back before tokens are read on the host
     combined_decode_steps: int = 1  # decode steps in a step that also encodes (newcomers' first tokens wait less)
+    # Beside running decodes, an encode walk waits until this many rows can go together (an encode walk has a
+    # fixed cost), unless the head of the queue has already waited max_encode_delay steps.
+    min_combined_encode_rows: int = 8
+    max_encode_delay: int = 4
     starvation_bound: int = 64  # steps the head of the queue may wait for room before a running request yields
     policy: str = "fifo"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_encode_rows", "max_combined_encode_rows", "decode_steps_per_tick",
-                     "combined_decode_steps", "starvation_bound", "max_encoder_frames"):
+                     "combined_decode_steps", "starvation_bound", "max_encoder_frames",
+                     "min_combined_encode_rows", "max_encode_delay"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SchedulerConfig.{name} must be >= 1, got {getattr(self, name)}")
 

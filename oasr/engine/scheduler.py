@@ -113,10 +113,11 @@ class Scheduler:
         ordered = self.policy(self.waiting)
         if ordered and ordered[0].num_passed_over >= cfg.starvation_bound:
             self._make_room_for(ordered[0])
-        may_encode = bool(ordered) and self._can_admit(ordered[0])
-        steps = cfg.combined_decode_steps if may_encode else cfg.decode_steps_per_tick
+        cap = cfg.max_combined_encode_rows if self.running else cfg.max_encode_rows
+        encode_now = self._worth_encoding(ordered, cap)
+        steps = cfg.combined_decode_steps if encode_now else cfg.decode_steps_per_tick
         decode = self._decode_rows(steps) if self.running else ()
-        encode = self._admit(ordered, cfg.max_combined_encode_rows if decode else cfg.max_encode_rows)
+        encode = self._admit(ordered, cap) if encode_now else ()
         if decode and not encode and steps < cfg.decode_steps_per_tick:
             top_up = self._decode_rows(cfg.decode_steps_per_tick, preempt=False)
             if top_up:
@@ -159,6 +160,17 @@ class Scheduler:
         return tuple(
             DecodeRow(r.request_id, r.slot, tuple(r.block_ids), r.num_cached) for r in self.running
         )
+
+    def _worth_encoding(self, ordered: list[Request], cap: int) -> bool:
+        """Encode now? Always when nothing decodes; beside decode rows only once enough rows fit together
+        (or the head has waited ``max_encode_delay`` steps), since every encode walk has a fixed cost."""
+        if not ordered or not self._can_admit(ordered[0]):
+            return False
+        if not self.running or ordered[0].num_passed_over >= self.config.max_encode_delay:
+            return True
+        wanted = min(self.config.min_combined_encode_rows, cap, len(ordered))
+        slots = len(self._free_slots) if self.incremental else len(ordered)
+        return min(slots, len(ordered), cap) >= wanted
 
     def _can_admit(self, request: Request) -> bool:
         if not self.incremental:

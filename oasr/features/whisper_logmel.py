@@ -51,12 +51,20 @@ class WhisperLogMel:
         return cls(WhisperLogMelConfig(num_mel_bins=getattr(config, "num_mel_bins", 80)))
 
     def pad_batch(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str) -> torch.Tensor:
-        """Pad or cut every input to one window -> float32 [B, n_samples] on ``device``."""
+        """Pad or cut every input to one window -> float32 [B, n_samples] on ``device``.
+        The samples travel to the device in one (pinned, on CUDA) copy, then are placed row by row there."""
         n = self.config.n_samples
-        batch = torch.zeros(len(audio), n, dtype=torch.float32, device=device)
-        for i, samples in enumerate(audio):
-            x = torch.as_tensor(samples, dtype=torch.float32)[:n]
-            batch[i, : x.shape[0]] = x.to(device, non_blocking=True)
+        device = torch.device(device)
+        rows = [np.asarray(a, dtype=np.float32)[:n] for a in audio]
+        host = torch.from_numpy(np.concatenate(rows)) if rows else torch.zeros(0)
+        if device.type == "cuda":
+            host = host.pin_memory()
+        flat = host.to(device, non_blocking=True)
+        batch = torch.zeros(len(rows), n, dtype=torch.float32, device=device)
+        offset = 0
+        for i, row in enumerate(rows):
+            batch[i, : len(row)] = flat[offset : offset + len(row)]
+            offset += len(row)
         return batch
 
     def __call__(
