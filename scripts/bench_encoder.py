@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Encoder throughput at one shape under different attention backends and with torch.compile (GPU).
+
+    PYTHONPATH=. python3 scripts/bench_encoder.py --arch whisper-large-v3 --batch 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from oasr.bench.random_model import WHISPER_SHAPES
+from oasr.models import ARCHITECTURES
+
+
+def flops(config, batch: int) -> float:
+    t, d, f = config.max_source_positions, config.d_model, config.encoder_ffn_dim
+    per_layer = 2 * t * (4 * d * d + 2 * d * f) + 4 * t * t * d
+    return batch * config.encoder_layers * per_layer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", default="whisper-large-v3")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--compile", action="store_true")
+    args = parser.parse_args()
+    import triton.testing
+
+    config = WHISPER_SHAPES[args.arch]
+    dtype = getattr(torch, args.dtype)
+    model = ARCHITECTURES.get("whisper").from_config(config).to("cuda", dtype).eval()
+    features = torch.randn(args.batch, config.num_mel_bins, 3000, device="cuda", dtype=dtype)
+    encoder = model.model.encoder
+    variants = {
+        "default": contextlib.nullcontext,
+        "flash": lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION]),
+        "cudnn": lambda: sdpa_kernel([SDPBackend.CUDNN_ATTENTION]),
+        "efficient": lambda: sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]),
+    }
+    total = flops(config, args.batch)
+    with torch.inference_mode():
+        for name, ctx in variants.items():
+            try:
+                with ctx():
+                    ms = triton.testing.do_bench(lambda: encoder(features), warmup=100, rep=500, return_mode="median")
+                print(f"{name:10s} {ms:8.2f} ms  {total / ms / 1e9:6.0f} TFLOP/s")
+            except RuntimeError as exc:
+                print(f"{name:10s} failed: {str(exc)[:100]}")
+        if args.compile:
+            compiled = torch.compile(encoder, mode="max-autotune-no-cudagraphs")
+            compiled(features)
+            ms = triton.testing.do_bench(lambda: compiled(features), warmup=100, rep=500, return_mode="median")
+            print(f"{'compiled':10s} {ms:8.2f} ms  {total / ms / 1e9:6.0f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
