@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import WhisperConfig as HFWhisperConfig
 from transformers import WhisperForConditionalGeneration as HFWhisper
 
+from oasr.bench.peer_transformers import hf_whisper_config
 from oasr.cli import main
 from oasr.errors import CheckpointError, ModelNotFoundError
 from oasr.models import ARCHITECTURES
@@ -54,17 +54,7 @@ def test_split_ctranslate2_parts_equal_the_joined_file(tmp_path: Path) -> None:
 def test_huggingface_directory_loads_with_identical_logits(tiny_en, tmp_path: Path) -> None:
     arch = ARCHITECTURES.get("whisper")
     tiny = arch.tiny_config()
-    hf_config = HFWhisperConfig(
-        vocab_size=tiny.vocab_size,
-        num_mel_bins=tiny.num_mel_bins,
-        d_model=tiny.d_model,
-        encoder_layers=tiny.encoder_layers,
-        encoder_attention_heads=tiny.encoder_attention_heads,
-        encoder_ffn_dim=tiny.encoder_ffn_dim,
-        decoder_layers=tiny.decoder_layers,
-        decoder_attention_heads=tiny.decoder_attention_heads,
-        decoder_ffn_dim=tiny.decoder_ffn_dim,
-    )
+    hf_config = hf_whisper_config(tiny)
     torch.manual_seed(0)
     reference = HFWhisper(hf_config).eval()
     reference.save_pretrained(tmp_path)

@@ -12,14 +12,11 @@ import torch
 from oasr.models.loader import LoadedModel
 
 
-def hf_whisper_from(loaded: LoadedModel, state_dict: dict[str, torch.Tensor], *, attn_implementation: str = "sdpa"):
-    """A ``transformers`` WhisperForConditionalGeneration holding ``state_dict`` (OASR's HF-layout keys), with a
-    generation config equivalent to the checkpoint's (suppress lists, language and task tokens)."""
-    from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
+def hf_whisper_config(c, **extra):
+    """transformers' WhisperConfig with the shapes of OASR's ``WhisperConfig`` ``c`` (plus ``extra`` fields)."""
+    from transformers import WhisperConfig
 
-    c = loaded.config
-    special = loaded.tokenizer.special
-    hf_config = WhisperConfig(
+    return WhisperConfig(
         vocab_size=c.vocab_size,
         num_mel_bins=c.num_mel_bins,
         d_model=c.d_model,
@@ -31,6 +28,19 @@ def hf_whisper_from(loaded: LoadedModel, state_dict: dict[str, torch.Tensor], *,
         decoder_ffn_dim=c.decoder_ffn_dim,
         max_source_positions=c.max_source_positions,
         max_target_positions=c.max_target_positions,
+        **extra,
+    )
+
+
+def hf_whisper_from(loaded: LoadedModel, state_dict: dict[str, torch.Tensor], *, attn_implementation: str = "sdpa"):
+    """A ``transformers`` WhisperForConditionalGeneration holding ``state_dict`` (OASR's HF-layout keys), with a
+    generation config equivalent to the checkpoint's (suppress lists, language and task tokens)."""
+    from transformers import GenerationConfig, WhisperForConditionalGeneration
+
+    c = loaded.config
+    special = loaded.tokenizer.special
+    hf_config = hf_whisper_config(
+        c,
         decoder_start_token_id=special.sot,
         eos_token_id=special.eot,
         pad_token_id=special.eot,
