@@ -11,6 +11,7 @@ from oasr.decode import DECODE_STRATEGIES
 from oasr.features import FEATURE_EXTRACTORS
 from oasr.layers import apply_backend, kernel_gaps
 from oasr.models import ARCHITECTURES, CONVERTERS
+from oasr.models.base import DECODE_FAMILIES
 from oasr.registry import Registry, UnknownEntryError
 from oasr.tokenizers import TOKENIZERS
 
@@ -26,11 +27,12 @@ def test_every_architecture_has_a_tiny_config_that_builds_and_runs(name: str) ->
     model = arch.from_config(config).eval()
     assert arch.feature_extractor in FEATURE_EXTRACTORS
     assert arch.tokenizer in TOKENIZERS
-    features = torch.randn(2, config.num_mel_bins, 2 * config.max_source_positions)
     with torch.inference_mode():
-        logits = model(features, torch.zeros(2, 3, dtype=torch.long))
-    assert logits.shape == (2, 3, config.vocab_size)
-    assert torch.isfinite(logits).all()
+        out = model(*arch.example_inputs(config, batch_size=2))
+    assert out.shape[0] == 2
+    assert torch.isfinite(out).all()
+    assert arch.decode_family in DECODE_FAMILIES
+    assert arch.default_decode_strategy in DECODE_STRATEGIES
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES.names())
@@ -59,6 +61,7 @@ def test_kernels_backend_reports_its_gaps_instead_of_falling_back_silently(caplo
     assert apply_backend(model, "torch") == []
     gaps = apply_backend(model, "kernels")
     assert {g.op for g in gaps} == {"linear", "layer_norm", "conv1d", "embedding", "gelu", "attention"}
+    assert {"lstm", "rel_pos_attention"} <= {g.op for g in kernel_gaps()}
     assert "no kernel yet" in caplog.text
     assert all(g.reason for g in kernel_gaps())
     with pytest.raises(ValueError, match="unknown layer backend"):

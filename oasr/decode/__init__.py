@@ -8,6 +8,15 @@ from __future__ import annotations
 
 from oasr.registry import Registry
 
-DECODE_STRATEGIES: Registry[type] = Registry("decode strategy", lazy={"aed_greedy": "oasr.decode.aed_greedy"})
+DECODE_STRATEGIES: Registry[type] = Registry(
+    "decode strategy",
+    lazy={
+        "aed_greedy": "oasr.decode.aed_greedy",
+        "ctc_greedy": "oasr.decode.ctc_greedy",
+        "ctc_prefix_beam": "oasr.decode.ctc_prefix_beam",
+        "transducer_greedy": "oasr.decode.transducer_greedy",
+        "tdt_greedy": "oasr.decode.transducer_greedy",
+    },
+)
 
 __all__ = ["DECODE_STRATEGIES"]

@@ -6,7 +6,7 @@ from oasr.registry import Registry
 
 FEATURE_EXTRACTORS: Registry[type] = Registry(
     "feature extractor",
-    lazy={"whisper_logmel": "oasr.features.whisper_logmel"},
+    lazy={"whisper_logmel": "oasr.features.whisper_logmel", "nemo_logmel": "oasr.features.nemo_logmel"},
 )
 
 __all__ = ["FEATURE_EXTRACTORS"]

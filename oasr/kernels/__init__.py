@@ -15,4 +15,14 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("embedding", "token + position embedding gather not fused"),
     KernelGap("gelu", "fused into no epilogue yet"),
     KernelGap("attention", "paged decode attention kernel not written; SDPA (flash/efficient) is used"),
+    KernelGap("conv2d", "Conformer subsampling convolutions run through cuDNN"),
+    KernelGap("batch_norm", "not folded into the preceding depthwise convolution yet"),
+    KernelGap("lstm", "transducer prediction network steps run through cuDNN's LSTM"),
+    KernelGap("relu", "fused into no epilogue yet"),
+    KernelGap("silu", "fused into no epilogue yet"),
+    KernelGap("glu", "fused into no epilogue yet"),
+    KernelGap(
+        "rel_pos_attention",
+        "the [B, H, T, 2T-1] position scores are materialised and passed to SDPA as a float mask; no fused kernel",
+    ),
 )

@@ -7,19 +7,42 @@ registered architecture and fails on any bare ``torch.nn`` layer.
 
 from oasr.layers.attention import MultiHeadAttention, sdpa
 from oasr.layers.backend import BACKENDS, Backend, KernelGap, apply_backend, kernel_gaps
-from oasr.layers.basic import GELU, Conv1d, Embedding, LayerNorm, Linear
+from oasr.layers.basic import (
+    GELU,
+    GLU,
+    LSTM,
+    BatchNorm1d,
+    Conv1d,
+    Conv2d,
+    Embedding,
+    LayerNorm,
+    Linear,
+    ReLU,
+    SiLU,
+    activation,
+)
+from oasr.layers.rel_attention import RelPositionMultiHeadAttention, relative_position_embeddings
 
 __all__ = [
     "BACKENDS",
     "GELU",
+    "GLU",
+    "LSTM",
     "Backend",
+    "BatchNorm1d",
     "Conv1d",
+    "Conv2d",
     "Embedding",
     "KernelGap",
     "LayerNorm",
     "Linear",
     "MultiHeadAttention",
+    "ReLU",
+    "RelPositionMultiHeadAttention",
+    "SiLU",
+    "activation",
     "apply_backend",
     "kernel_gaps",
+    "relative_position_embeddings",
     "sdpa",
 ]

@@ -36,3 +36,56 @@ class GELU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(x)
+
+
+class Conv2d(nn.Conv2d):
+    KERNEL_OP: ClassVar[str] = "conv2d"
+
+
+class BatchNorm1d(nn.BatchNorm1d):
+    """Inference-time batch norm: a per-channel affine from the running statistics (models run in eval mode)."""
+
+    KERNEL_OP: ClassVar[str] = "batch_norm"
+
+
+class LSTM(nn.LSTM):
+    """Batch-first LSTM (transducer prediction networks); keeps torch's ``weight_ih_l0`` ... parameter names."""
+
+    KERNEL_OP: ClassVar[str] = "lstm"
+
+
+class ReLU(nn.Module):
+    KERNEL_OP: ClassVar[str] = "relu"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x)
+
+
+class SiLU(nn.Module):
+    """SiLU (swish), the Conformer family's activation."""
+
+    KERNEL_OP: ClassVar[str] = "silu"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(x)
+
+
+class GLU(nn.Module):
+    """Gated linear unit: splits ``dim`` in halves a, b and returns a * sigmoid(b)."""
+
+    KERNEL_OP: ClassVar[str] = "glu"
+
+    def __init__(self, dim: int = -1) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.glu(x, dim=self.dim)
+
+
+def activation(name: str) -> nn.Module:
+    """The waist module for an activation named as in Hugging Face configs (``hidden_act``)."""
+    by_name: dict[str, type[nn.Module]] = {"relu": ReLU, "silu": SiLU, "swish": SiLU, "gelu": GELU}
+    if name not in by_name:
+        raise ValueError(f"unsupported activation {name!r}; known: {', '.join(sorted(by_name))}")
+    return by_name[name]()

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from oasr.registry import Registry
 
-ARCHITECTURES: Registry[type] = Registry("architecture", lazy={"whisper": "oasr.models.whisper.model"})
+ARCHITECTURES: Registry[type] = Registry(
+    "architecture",
+    lazy={
+        "whisper": "oasr.models.whisper.model",
+        "parakeet_ctc": "oasr.models.fastconformer.model",
+        "parakeet_rnnt": "oasr.models.fastconformer.transducer",
+        "parakeet_tdt": "oasr.models.fastconformer.transducer",
+    },
+)
 
 CONVERTERS: Registry[type] = Registry(
     "checkpoint format",

@@ -3,6 +3,7 @@
 Every architecture class (registered in ``oasr.models.ARCHITECTURES``) has:
 
 - ``config_class`` with ``from_dict``/``to_dict``; ``from_config(config)``; ``tiny_config()``;
+  ``example_inputs(config, batch_size)``: random inputs ``forward`` accepts (the registry smoke test);
 - ``feature_extractor`` / ``tokenizer``: names in ``FEATURE_EXTRACTORS`` / ``TOKENIZERS``;
 - ``decode_family``: one of ``DECODE_FAMILIES``; ``default_decode_strategy``: a name in ``DECODE_STRATEGIES``;
 - ``tied_keys``: checkpoint keys that alias another parameter (may be empty).

@@ -14,7 +14,12 @@ from oasr.models.checkpoint import Checkpoint, ModelSource, require_file
 from oasr.models.converters.safetensors_io import find_weights, load_state_dict
 
 # transformers' model_type -> OASR architecture.
-_MODEL_TYPES = {"whisper": "whisper"}
+_MODEL_TYPES = {
+    "whisper": "whisper",
+    "parakeet_ctc": "parakeet_ctc",
+    "parakeet_rnnt": "parakeet_rnnt",
+    "parakeet_tdt": "parakeet_tdt",
+}
 _GENERATION_KEYS = ("suppress_tokens", "begin_suppress_tokens", "alignment_heads")
 
 

@@ -137,6 +137,12 @@ class WhisperForConditionalGeneration(nn.Module):
     def tiny_config() -> WhisperConfig:
         return tiny_whisper_config()
 
+    @staticmethod
+    def example_inputs(config: WhisperConfig, batch_size: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random features of one window and a three-token prefix: what ``forward`` takes."""
+        features = torch.randn(batch_size, config.num_mel_bins, 2 * config.max_source_positions)
+        return features, torch.zeros(batch_size, 3, dtype=torch.long)
+
     def encode(self, features: torch.Tensor) -> torch.Tensor:
         return self.model.encoder(features.to(self.proj_out.weight.dtype))
 

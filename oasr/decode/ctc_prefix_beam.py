@@ -1,0 +1,184 @@
+"""CTC prefix beam search on device tensors: batched over rows, vectorised over beams and vocabulary.
+
+Each beam is a label prefix with two log-scores: ending in blank (``pb``) and ending in its last label (``pnb``)
+(Hannun et al. 2014). Per frame, every beam either stays (blank, or a repeat of its last label) or extends by a
+label; an extension that rebuilds another beam's prefix is merged into that beam. Prefixes are identified by a
+pair of polynomial hashes, so merging needs no prefix comparison; the labels are recovered at the end from
+per-frame back-pointers, with one host sync for the whole batch.
+
+``beam_size = 1`` is greedy decoding by definition here (as NeMo does): a one-beam prefix search keeps the most
+probable prefix, which may differ from the best-path labels that greedy decoding returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.ctc_greedy import CTCModel, greedy_ids
+from oasr.models.base import EncoderOutput
+
+# Two hashes modulo primes below 2^31: products stay inside int64, and a false merge needs both to collide.
+_HASH_MODULI = (2_147_483_647, 1_000_000_007)
+_HASH_BASES = (1_000_003, 998_244_353)
+
+
+@dataclass(frozen=True)
+class CTCPrefixBeamOptions:
+    beam_size: int = 4
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
+
+
+@dataclass
+class _Beams:
+    """Per row and beam, [B, K]: prefix scores, last label (-1: empty prefix), prefix length; hashes [B, K, 2]
+    of the prefix and of the prefix without its last label."""
+
+    pb: torch.Tensor
+    pnb: torch.Tensor
+    last: torch.Tensor
+    length: torch.Tensor
+    hash: torch.Tensor
+    parent_hash: torch.Tensor
+
+    @classmethod
+    def empty(cls, batch: int, beam: int, device: torch.device) -> _Beams:
+        pb = torch.full((batch, beam), float("-inf"), device=device)
+        pb[:, 0] = 0.0  # one live beam: the empty prefix
+        hashes = torch.zeros(batch, beam, 2, dtype=torch.long, device=device)
+        return cls(
+            pb=pb,
+            pnb=torch.full_like(pb, float("-inf")),
+            last=torch.full((batch, beam), -1, dtype=torch.long, device=device),
+            length=torch.zeros(batch, beam, dtype=torch.long, device=device),
+            hash=hashes,
+            parent_hash=hashes - 1,  # no prefix hashes to -1: the empty prefix has no parent
+        )
+
+    @property
+    def total(self) -> torch.Tensor:
+        return torch.logaddexp(self.pb, self.pnb)
+
+
+@dataclass(frozen=True)
+class _Constants:
+    """Made once per search, on the search's device."""
+
+    labels: torch.Tensor  # [V]: 0 .. V-1
+    hash_bases: torch.Tensor  # [2]
+    hash_moduli: torch.Tensor  # [2]
+
+    @classmethod
+    def on(cls, vocab_size: int, device: torch.device) -> _Constants:
+        return cls(torch.arange(vocab_size, device=device), torch.tensor(_HASH_BASES, device=device),
+                   torch.tensor(_HASH_MODULI, device=device))
+
+
+def _step(
+    beams: _Beams, frame: torch.Tensor, blank_id: int, const: _Constants
+) -> tuple[_Beams, torch.Tensor, torch.Tensor]:
+    """One frame. frame: [B, V] log-probs -> (new beams, parent [B, K], appended label [B, K] or -1)."""
+    b, k = beams.pb.shape
+    v = frame.shape[1]
+    total, live = beams.total, beams.total > float("-inf")
+    has_last = beams.last >= 0
+    last = beams.last.clamp(min=0)
+    stay_pb = total + frame[:, blank_id, None]
+    stay_pnb = torch.where(has_last, beams.pnb + frame.gather(1, last), float("-inf"))
+    # Extending by the beam's own last label needs a blank in between: only the blank-ending mass may do it.
+    repeats = const.labels[None, None, :] == beams.last[..., None]
+    extend = torch.where(repeats, beams.pb[..., None], total[..., None]) + frame[:, None, :]  # [B, K, V]
+    extend[..., blank_id] = float("-inf")
+
+    # extend(j, last[i]) is beam i's own prefix when prefix(i) = prefix(j) + last[i]: merge it into i.
+    same = (beams.parent_hash[:, None, :, :] == beams.hash[:, :, None, :]).all(-1)  # [B, j, i]
+    same &= (beams.length[:, None, :] == beams.length[:, :, None] + 1) & (live & has_last)[:, None, :]
+    label_of_i = last[:, None, :].expand(b, k, k)
+    merged = extend.gather(2, label_of_i).masked_fill(~same, float("-inf"))
+    stay_pnb = torch.logaddexp(stay_pnb, merged.logsumexp(dim=1))
+    taken = torch.zeros_like(extend).scatter_add_(2, label_of_i, same.to(extend.dtype)) > 0
+    extend = extend.masked_fill(taken, float("-inf"))
+
+    candidates = torch.cat([torch.logaddexp(stay_pb, stay_pnb), extend.reshape(b, k * v)], dim=1)
+    scores, index = candidates.topk(k, dim=1)
+    extended = index >= k
+    parent = torch.where(extended, (index - k) // v, index)
+    label = torch.where(extended, (index - k) % v, -1)
+
+    parent_hash = beams.hash.gather(1, parent[..., None].expand(b, k, 2))
+    new_hash = (parent_hash * const.hash_bases + label[..., None] + 1) % const.hash_moduli
+    ext = extended[..., None]
+    new = _Beams(
+        pb=torch.where(extended, float("-inf"), stay_pb.gather(1, parent)),
+        pnb=torch.where(extended, scores, stay_pnb.gather(1, parent)),
+        last=torch.where(extended, label, beams.last.gather(1, parent)),
+        length=beams.length.gather(1, parent) + extended.long(),
+        hash=torch.where(ext, new_hash, parent_hash),
+        parent_hash=torch.where(ext, parent_hash, beams.parent_hash.gather(1, parent[..., None].expand(b, k, 2))),
+    )
+    return new, parent, label
+
+
+def _freeze(done: torch.Tensor, old: _Beams, new: _Beams) -> _Beams:
+    """Rows past their last frame (done: bool [B]) keep their beams."""
+    kept = {}
+    for field in dataclasses.fields(_Beams):
+        o, n = getattr(old, field.name), getattr(new, field.name)
+        kept[field.name] = torch.where(done.view(-1, *[1] * (o.dim() - 1)), o, n)
+    return _Beams(**kept)
+
+
+def prefix_beam_search(
+    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, beam_size: int
+) -> tuple[list[list[int]], torch.Tensor]:
+    """log_probs: [B, T, V]; lengths: [B] -> (best label sequence per row, its score [B]).
+
+    The score sums the alignments the beams kept: the sequence's CTC log-likelihood when nothing was pruned,
+    a lower bound of it otherwise.
+    """
+    b, t, v = log_probs.shape
+    device = log_probs.device
+    lengths = lengths.to(device)
+    const = _Constants.on(v, device)
+    beams = _Beams.empty(b, beam_size, device)
+    stay_put = torch.arange(beam_size, device=device).expand(b, beam_size)
+    parents = torch.empty(t, b, beam_size, dtype=torch.long, device=device)
+    labels = torch.empty_like(parents)
+    for frame_index in range(t):
+        new, parent, label = _step(beams, log_probs[:, frame_index].float(), blank_id, const)
+        done = frame_index >= lengths
+        beams = _freeze(done, beams, new)
+        parents[frame_index] = torch.where(done[:, None], stay_put, parent)
+        labels[frame_index] = torch.where(done[:, None], -1, label)
+    scores, beam = beams.total.max(dim=1)
+    rows = torch.arange(b, device=device)
+    path = torch.empty(t, b, dtype=torch.long, device=device)
+    for frame_index in reversed(range(t)):
+        path[frame_index] = labels[frame_index, rows, beam]
+        beam = parents[frame_index, rows, beam]
+    path = path.T.cpu()  # the one host sync
+    return [row[row >= 0].tolist() for row in path], scores
+
+
+@DECODE_STRATEGIES.register("ctc_prefix_beam")
+class CTCPrefixBeam:
+    consumes: ClassVar[str] = "log_probs"
+    incremental: ClassVar[bool] = False
+
+    def __init__(self, options: CTCPrefixBeamOptions | None = None) -> None:
+        self.options = options or CTCPrefixBeamOptions()
+
+    def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
+        """encoder_output: hidden [B, T, D], lengths [B] -> the most probable label sequence per row."""
+        log_probs = model.ctc_log_probs(encoder_output.hidden)
+        if self.options.beam_size == 1:
+            return greedy_ids(log_probs, encoder_output.lengths, model.blank_id)
+        ids, _ = prefix_beam_search(log_probs, encoder_output.lengths, model.blank_id, self.options.beam_size)
+        return ids

@@ -1,0 +1,173 @@
+"""The FastConformer encoder (Rekesh et al. 2023), module for module in the Hugging Face Parakeet key layout
+(``encoder.subsampling.layers.0``, ``encoder.layers.0.self_attn.relative_k_proj`` ...).
+
+8x depthwise-separable convolution subsampling, then Conformer blocks: half-step feed-forward, relative-position
+self-attention, convolution module, half-step feed-forward (the macaron sandwich), each pre-normed.
+
+Padding: every row's real frames give the same output whatever the batch is padded to. Padded frames are zeroed
+before each subsampling convolution reads them and before the depthwise convolution; attention gives padded keys
+no weight. The output at padded frames is unspecified.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from oasr.layers import (
+    GLU,
+    BatchNorm1d,
+    Conv1d,
+    Conv2d,
+    LayerNorm,
+    Linear,
+    ReLU,
+    RelPositionMultiHeadAttention,
+    activation,
+    relative_position_embeddings,
+)
+from oasr.models.base import EncoderOutput
+from oasr.models.fastconformer.config import FastConformerEncoderConfig
+
+
+def example_features(config: FastConformerEncoderConfig, batch_size: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random features [B, n_mels, T] zero-padded past lengths [B] that differ per row (smoke tests)."""
+    lengths = torch.tensor([64 - 16 * (i % 3) for i in range(batch_size)])
+    features = torch.randn(batch_size, config.num_mel_bins, 64)
+    return features * frame_mask(lengths, 64)[:, None, :], lengths
+
+
+def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """lengths: [B] -> bool [B, num_frames], True on each row's first ``lengths[b]`` frames."""
+    return torch.arange(num_frames, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class ConvSubsampling(nn.Module):
+    """[B, T, n_mels] features -> [B, T / factor, hidden] frames, convolving over (time, frequency).
+
+    ``layers`` keeps Hugging Face's order: conv, ReLU, then per further factor of the stride a depthwise conv,
+    a pointwise conv and a ReLU.
+    """
+
+    def __init__(self, config: FastConformerEncoderConfig) -> None:
+        super().__init__()
+        kernel, stride = config.subsampling_conv_kernel_size, config.subsampling_conv_stride
+        channels = config.subsampling_conv_channels
+        self.kernel_size, self.stride, self.padding = kernel, stride, (kernel - 1) // 2
+        layers: list[nn.Module] = [Conv2d(1, channels, kernel, stride=stride, padding=self.padding), ReLU()]
+        for _ in range(config.num_subsampling_layers - 1):
+            layers += [
+                Conv2d(channels, channels, kernel, stride=stride, padding=self.padding, groups=channels),
+                Conv2d(channels, channels, kernel_size=1),
+                ReLU(),
+            ]
+        self.layers = nn.ModuleList(layers)
+        num_freqs = config.num_mel_bins
+        for _ in range(config.num_subsampling_layers):
+            num_freqs = self.strided_length(num_freqs)
+        self.linear = Linear(channels * num_freqs, config.hidden_size)
+
+    def strided_length(self, length):  # int or tensor: the arithmetic is the same
+        return (length + 2 * self.padding - self.kernel_size) // self.stride + 1
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """features: [B, T, n_mels]; lengths: [B] -> (frames [B, T', hidden], lengths [B])."""
+        x = features.unsqueeze(1)
+        for layer in self.layers:
+            x = layer(x)
+            if isinstance(layer, Conv2d):
+                if layer.stride[0] > 1:
+                    lengths = self.strided_length(lengths)
+                # Biases make padded frames non-zero; the next convolution must see zeros there, as a row alone would.
+                x = x * frame_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
+        b, channels, num_frames, num_freqs = x.shape
+        return self.linear(x.transpose(1, 2).reshape(b, num_frames, channels * num_freqs)), lengths
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: FastConformerEncoderConfig) -> None:
+        super().__init__()
+        self.linear1 = Linear(config.hidden_size, config.intermediate_size, bias=config.attention_bias)
+        self.activation = activation(config.hidden_act)
+        self.linear2 = Linear(config.intermediate_size, config.hidden_size, bias=config.attention_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(self.activation(self.linear1(x)))
+
+
+class ConvolutionModule(nn.Module):
+    """Pointwise conv + GLU, depthwise conv, batch norm, activation, pointwise conv; [B, T, C] -> [B, T, C]."""
+
+    def __init__(self, config: FastConformerEncoderConfig) -> None:
+        super().__init__()
+        channels, kernel, bias = config.hidden_size, config.conv_kernel_size, config.convolution_bias
+        self.pointwise_conv1 = Conv1d(channels, 2 * channels, kernel_size=1, bias=bias)
+        self.glu = GLU(dim=1)
+        self.depthwise_conv = Conv1d(
+            channels, channels, kernel, padding=(kernel - 1) // 2, groups=channels, bias=bias
+        )
+        self.norm = BatchNorm1d(channels)
+        self.activation = activation(config.hidden_act)
+        self.pointwise_conv2 = Conv1d(channels, channels, kernel_size=1, bias=bias)
+
+    def forward(self, x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """x: [B, T, C]; frames: bool [B, T] (True = real frame)."""
+        x = self.glu(self.pointwise_conv1(x.transpose(1, 2)))
+        x = x.masked_fill(~frames[:, None, :], 0.0)  # the depthwise conv must not read padded frames
+        x = self.activation(self.norm(self.depthwise_conv(x)))
+        return self.pointwise_conv2(x).transpose(1, 2)
+
+
+class ConformerBlock(nn.Module):
+    def __init__(self, config: FastConformerEncoderConfig) -> None:
+        super().__init__()
+        d = config.hidden_size
+        self.feed_forward1 = FeedForward(config)
+        self.self_attn = RelPositionMultiHeadAttention(d, config.num_attention_heads, bias=config.attention_bias)
+        self.conv = ConvolutionModule(config)
+        self.feed_forward2 = FeedForward(config)
+        self.norm_feed_forward1 = LayerNorm(d)
+        self.norm_self_att = LayerNorm(d)
+        self.norm_conv = LayerNorm(d)
+        self.norm_feed_forward2 = LayerNorm(d)
+        self.norm_out = LayerNorm(d)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        # Macaron: two half-step feed-forwards around attention and convolution.
+        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        x = x + self.self_attn(self.norm_self_att(x), positions, key_mask=frames)
+        x = x + self.conv(self.norm_conv(x), frames)
+        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        return self.norm_out(x)
+
+
+class FastConformerEncoder(nn.Module):
+    def __init__(self, config: FastConformerEncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.input_scale = math.sqrt(config.hidden_size) if config.scale_input else 1.0
+        self.subsampling = ConvSubsampling(config)
+        self.layers = nn.ModuleList(ConformerBlock(config) for _ in range(config.num_hidden_layers))
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Feature frames [B] -> encoder frames [B]."""
+        for _ in range(self.config.num_subsampling_layers):
+            lengths = self.subsampling.strided_length(lengths)
+        return lengths
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
+        """features: [B, n_mels, T] (as the extractor returns them); lengths: [B] real feature frames
+        -> hidden [B, T', hidden_size] with T' = T / subsampling_factor (rounded up), lengths [B] (int64)."""
+        x = features.transpose(1, 2)
+        lengths = lengths.to(device=x.device, dtype=torch.long)
+        # Zero the padding the caller left, so results never depend on its value.
+        x = x * frame_mask(lengths, x.shape[1])[..., None].to(x.dtype)
+        x, lengths = self.subsampling(x, lengths)
+        x = x * self.input_scale
+        positions = relative_position_embeddings(x.shape[1], x.shape[2], device=x.device, dtype=x.dtype)
+        frames = frame_mask(lengths, x.shape[1])
+        for layer in self.layers:
+            x = layer(x, positions, frames)
+        return EncoderOutput(hidden=x, lengths=lengths)
