@@ -24,6 +24,7 @@ from oasr.engine.request import Request
 from oasr.engine.scheduler import DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.prompt import WhisperPrompter
+from oasr.types import DecodeOptions
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ def _bucket(value: int, buckets: tuple[int, ...]) -> int:
 
 
 class AEDRunner:
+    incremental = True
+
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -91,8 +94,14 @@ class AEDRunner:
         return self.prompter.prompt_len
 
     @property
-    def num_frames(self) -> int:
-        return self.loaded.features.config.n_frames
+    def window_samples(self) -> int:
+        return self.loaded.features.config.n_samples
+
+    def num_frames(self, num_samples: int) -> int:
+        return self.loaded.features.config.n_frames  # every window is padded to the full 30 s
+
+    def check(self, options: DecodeOptions) -> None:
+        self.prompter.check(options)
 
     # ------------------------------------------------------------------ step
 

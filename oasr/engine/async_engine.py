@@ -57,11 +57,11 @@ class AsyncEngine:
 
     def check(self, options: DecodeOptions) -> None:
         """Raises ``UnsupportedOptionError`` for options the model cannot serve (before anything is queued)."""
-        self.engine.runner.prompter.check(options)
+        self.engine.runner.check(options)
 
     @property
     def window_samples(self) -> int:
-        return self.loaded.features.config.n_samples
+        return self.engine.runner.window_samples
 
     def stats(self) -> EngineStats:
         return self._stats

@@ -11,11 +11,15 @@ import numpy as np
 from oasr.engine.aed_runner import AEDRunner
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
+from oasr.engine.frame_runner import FrameSyncRunner
 from oasr.engine.request import Request, RequestOutput
 from oasr.engine.scheduler import Scheduler
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
+
+
+_NO_END_TOKEN = -1  # frame-synchronous families end with their frames, not with a token
 
 
 @dataclass(frozen=True)
@@ -30,23 +34,28 @@ class EngineStats:
 class ASREngine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
         config = config or EngineConfig()
-        if type(loaded.model).decode_family != "aed":
-            raise OASRError(f"{loaded.name}: decode family {type(loaded.model).decode_family!r} is not served yet")
         self.loaded = loaded
-        self.runner = AEDRunner(loaded, config)
+        family = type(loaded.model).decode_family
+        if family == "aed":
+            self.runner: AEDRunner | FrameSyncRunner = AEDRunner(loaded, config)
+            self.pool: BlockPool | None = BlockPool(self.runner.plan.num_blocks, config.cache.block_size)
+            eot = loaded.tokenizer.special.eot
+        elif family in ("ctc", "transducer", "tdt"):
+            self.runner = FrameSyncRunner(loaded, config)
+            self.pool, eot = None, _NO_END_TOKEN
+        else:
+            raise OASRError(f"{loaded.name}: decode family {family!r} is not served by the engine")
         # The memory plan may grant fewer slots than asked; the scheduler must not hand out more.
         self.config = replace(config, scheduler=replace(config.scheduler, max_num_seqs=self.runner.num_slots))
-        self.pool = BlockPool(self.runner.plan.num_blocks, config.cache.block_size)
-        self.scheduler = Scheduler(
-            self.config.scheduler, self.pool, eot=loaded.tokenizer.special.eot, max_positions=self.runner.max_positions
-        )
+        self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=eot, max_positions=self.runner.max_positions,
+                                   incremental=self.runner.incremental)
         self._ids = itertools.count()
 
     def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None, request_id: str | None = None) -> str:
         """Queues one window of 16 kHz audio (at most the model's window); returns the request id."""
         options = options or DecodeOptions()
-        self.runner.prompter.check(options)
-        window = self.loaded.features.config.n_samples
+        self.runner.check(options)
+        window = self.runner.window_samples
         if len(audio) > window:
             raise OASRError(f"audio of {len(audio)} samples exceeds the model's window ({window}); split it first")
         room = self.runner.max_positions - self.runner.prompt_len
@@ -59,7 +68,7 @@ class ASREngine:
             audio=audio,
             options=options,
             prompt_len=self.runner.prompt_len,
-            num_frames=self.runner.num_frames,
+            num_frames=self.runner.num_frames(len(audio)),
             max_new_tokens=max_new,
         )
         self.scheduler.add(request)
@@ -82,8 +91,8 @@ class ASREngine:
         return EngineStats(
             num_waiting=len(self.scheduler.waiting),
             num_running=len(self.scheduler.running),
-            kv_blocks_used=self.pool.num_used,
-            kv_blocks_total=self.pool.num_blocks - 1,
+            kv_blocks_used=self.pool.num_used if self.pool else 0,
+            kv_blocks_total=self.pool.num_blocks - 1 if self.pool else 0,
             num_slots=self.runner.num_slots,
         )
 

@@ -80,7 +80,7 @@ class OfflineTranscriber:
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))
         self.decode_options = DecodeOptions(language=options.language, task=options.task)
-        self.window = loaded.features.config.n_samples
+        self.window = self.engine.runner.window_samples
 
     def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
         """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``."""

@@ -1,0 +1,61 @@
+"""Parakeet checkpoints served through the same engine, API and CLI as Whisper (frame-synchronous families)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import oasr
+from oasr.audio import load_audio
+from oasr.cli import main
+from oasr.decode import DECODE_STRATEGIES
+from oasr.errors import UnsupportedOptionError
+from oasr.models.loader import from_pretrained
+from parakeet_reference import build_reference, write_tokenizer
+
+JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
+KINDS = ("ctc", "rnnt", "tdt")
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def model_dir(request, tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp(f"engine_parakeet_{request.param}")
+    build_reference(request.param).save_pretrained(directory)
+    write_tokenizer(directory / "tokenizer.json", "<pad>" if request.param == "ctc" else "<blank>")
+    return directory
+
+
+def direct_decode(loaded, audio) -> list[list[int]]:
+    """The strategy run by hand on the extractor's batch: what the engine must reproduce."""
+    features, lengths = loaded.features(audio)
+    strategy = DECODE_STRATEGIES.get(loaded.model.default_decode_strategy)()
+    with torch.inference_mode():
+        return strategy.decode(loaded.model, loaded.model.encode(features, lengths))
+
+
+def test_engine_results_equal_direct_decoding_for_a_batch_of_different_lengths(model_dir: Path) -> None:
+    loaded = from_pretrained(model_dir, device="cpu", dtype="float32")
+    full = load_audio(JFK)
+    audio = [full, full[: 16000 * 3], full[16000 * 2 : 16000 * 7]]
+    expected = direct_decode(loaded, audio)
+    assert any(expected), "the random model emits nothing: the comparison could not fail"
+    results = oasr.transcribe(audio, loaded, batch_size=2)
+    assert [r.token_ids for r in results] == expected
+    assert [r.text for r in results] == [loaded.tokenizer.decode(ids).strip() for ids in expected]
+
+
+def test_cli_transcribes_from_the_directory(model_dir: Path, capsys) -> None:
+    assert main(["transcribe", str(JFK), "--model", str(model_dir), "--device", "cpu", "--output-format", "jsonl"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["file"] == str(JFK) and row["duration_s"] == 11.0 and row["language"] is None
+
+
+def test_options_the_model_cannot_serve_are_refused(model_dir: Path) -> None:
+    loaded = from_pretrained(model_dir, device="cpu", dtype="float32")
+    with pytest.raises(UnsupportedOptionError, match="language"):
+        oasr.transcribe(JFK, loaded, language="en")
+    with pytest.raises(UnsupportedOptionError, match="translate"):
+        oasr.transcribe(JFK, loaded, task="translate")
