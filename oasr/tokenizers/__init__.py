@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from oasr.registry import Registry
 
-TOKENIZERS: Registry[type] = Registry("tokenizer", lazy={"whisper_hf_json": "oasr.tokenizers.whisper"})
+TOKENIZERS: Registry[type] = Registry(
+    "tokenizer",
+    lazy={"whisper_hf_json": "oasr.tokenizers.whisper", "parakeet_hf_json": "oasr.tokenizers.parakeet"},
+)
 
 __all__ = ["TOKENIZERS"]
