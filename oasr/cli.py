@@ -1,9 +1,10 @@
-"""``oasr``: transcribe | models | convert."""
+"""``oasr``: transcribe | serve | models | convert | bench."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,33 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
     p.add_argument("--output-dir", type=Path, default=None, help="write FILE_STEM.FORMAT here instead of stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API",
+        description="OpenAI-compatible speech-to-text server: POST /v1/audio/transcriptions and "
+        "/v1/audio/translations (json, text, srt, vtt, verbose_json; stream=true for server-sent text events), "
+        "GET /v1/models, /health and /metrics (Prometheus). Overload is answered with 429, never queued forever.",
+    )
+    p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
+    p.add_argument("--served-model-name", default=None,
+                   help="the id clients send as 'model' (default: the model name, or the directory's name); "
+                   "'whisper-1' is always accepted too")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get("OASR_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise; default: $OASR_API_KEY); "
+                   "/health and /metrics stay open")
+    p.add_argument("--max-upload-mb", type=float, default=25, help="largest request body in MB (413 beyond)")
+    p.add_argument("--max-audio-seconds", type=float, default=3600, help="longest audio accepted (400 beyond)")
+    p.add_argument("--max-queue", type=int, default=256,
+                   help="transcription requests served at once, running or queued; more get 429 with Retry-After")
+    p.add_argument("--request-timeout-s", type=float, default=600,
+                   help="a request still unfinished after this many seconds is aborted with 504")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -69,6 +97,27 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from oasr.serving.app import serve, served_name
+    from oasr.serving.settings import MIB, ServerSettings
+
+    try:
+        settings = ServerSettings(
+            served_model_name=args.served_model_name or served_name(args.model),
+            api_key=args.api_key,
+            max_upload_bytes=int(args.max_upload_mb * MIB),
+            max_audio_seconds=args.max_audio_seconds,
+            max_in_flight=args.max_queue,
+            request_timeout_s=args.request_timeout_s,
+        )
+    except ValueError as exc:
+        print(f"oasr: error: {exc}", file=sys.stderr)
+        return 2
+    serve(args.model, settings, host=args.host, port=args.port, device=args.device,
+          dtype=None if args.dtype == "auto" else args.dtype)
+    return 0
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from oasr.layers import kernel_gaps
     from oasr.models import ARCHITECTURES, CONVERTERS
@@ -108,7 +157,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS = {"transcribe": cmd_transcribe, "models": cmd_models, "convert": cmd_convert, "bench": cmd_bench}
+COMMANDS = {"transcribe": cmd_transcribe, "serve": cmd_serve, "models": cmd_models, "convert": cmd_convert,
+            "bench": cmd_bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_transcribe(sub)
+    _add_serve(sub)
     _add_models(sub)
     _add_convert(sub)
     from oasr.bench.command import add_parser

@@ -1,0 +1,93 @@
+"""Prometheus metrics, on a registry of the app's own (two apps in one process never share counters).
+
+HTTP requests are counted by route and status in a small ASGI middleware; latencies and audio seconds are
+observed by the serving logic; engine numbers (queue, running rows, KV blocks) are read from
+``EngineClient.stats()`` when Prometheus scrapes, so nothing has to keep them in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from oasr.serving.engine_client import EngineClient
+
+# Seconds: from well under a GPU step to a long file on a busy CPU.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0, 600.0)
+_UNMATCHED_ROUTE = "unmatched"  # unknown paths share one label, so scanners cannot grow the label set
+
+
+class ServerMetrics:
+    def __init__(self, engine: EngineClient, num_in_flight: Callable[[], int]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("oasr_http_requests", "HTTP requests answered, by route and status",
+                                ["route", "status"], registry=self.registry)
+        self.queue_seconds = Histogram("oasr_request_queue_seconds",
+                                       "Engine queue time of one window: added to encode start",
+                                       buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.first_token_seconds = Histogram("oasr_request_first_token_seconds",
+                                             "Admission of a transcription request to its first token",
+                                             buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.total_seconds = Histogram("oasr_request_total_seconds",
+                                       "Admission of a transcription request to its last token",
+                                       buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.audio_seconds = Counter("oasr_audio_seconds", "Seconds of audio transcribed",
+                                     registry=self.registry)
+        self.registry.register(_EngineCollector(engine, num_in_flight))
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: EngineClient, num_in_flight: Callable[[], int]) -> None:
+        self._engine = engine
+        self._num_in_flight = num_in_flight
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._engine.stats()
+        values = (
+            ("oasr_http_requests_in_flight", "Transcription requests admitted and not yet answered",
+             self._num_in_flight()),
+            ("oasr_engine_requests_running", "Engine requests (30 s windows) holding decode rows; the decode "
+             "batch size", stats.num_running),
+            ("oasr_engine_requests_waiting", "Engine requests (30 s windows) queued for encoding",
+             stats.num_waiting),
+            ("oasr_engine_kv_blocks_used", "Self-attention KV blocks in use", stats.kv_blocks_used),
+            ("oasr_engine_kv_blocks_total", "Self-attention KV blocks in the pool", stats.kv_blocks_total),
+            ("oasr_engine_slots", "Decode rows (cross-attention slots) the memory plan allows", stats.num_slots),
+        )
+        for name, documentation, value in values:
+            yield GaugeMetricFamily(name, documentation, value=value)
+
+
+class MetricsMiddleware:
+    """Counts every HTTP response by route template and status (500 when the app raised)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_recording(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_recording)
+        finally:
+            route = scope.get("route")
+            label = getattr(route, "path", _UNMATCHED_ROUTE)
+            self.metrics.requests.labels(route=label, status=str(status)).inc()

@@ -1,0 +1,155 @@
+"""OpenAI's audio API on the wire: request fields, response bodies, stream events and the error shape.
+
+Shapes follow the ``openai`` Python package's types (``openai.types.audio``): ``Transcription``,
+``TranscriptionVerbose``/``TranslationVerbose`` with ``TranscriptionSegment``, and the stream events
+``transcript.text.delta`` / ``transcript.text.done``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+Granularity = Literal["word", "segment"]
+LIST_FIELDS = ("timestamp_granularities",)  # sent as ``name[]`` (repeated) by OpenAI's clients
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return ErrorResponse(error=ErrorInfo(message=self.message, type=self.type, param=self.param,
+                                             code=self.code)).model_dump()
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo
+
+
+def internal_error() -> APIError:
+    """What a server-side failure tells the client: nothing about where or why (that goes to the log)."""
+    return APIError(500, "The server had an error while processing your request.", type="server_error")
+
+
+# ---------------------------------------------------------------------------------------------- requests
+
+
+class TranslationParams(BaseModel):
+    """The form fields of ``POST /v1/audio/translations`` (besides ``file``). Unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    prompt: str | None = None
+    response_format: ResponseFormat = "json"
+    temperature: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class TranscriptionParams(TranslationParams):
+    """The form fields of ``POST /v1/audio/transcriptions`` (besides ``file``)."""
+
+    language: str | None = None
+    timestamp_granularities: list[Granularity] = Field(default_factory=list)
+    stream: bool = False
+
+
+def validation_error(exc: ValidationError) -> APIError:
+    """The first problem pydantic found, named after the form field (OpenAI answers one at a time)."""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    param = str(first["loc"][0]) if first["loc"] else None
+    if first["type"] == "extra_forbidden":
+        return APIError(400, f"Unrecognized request argument supplied: {param}", param=param)
+    if first["type"] == "missing":
+        return APIError(400, f"Missing required parameter: '{param}'.", param=param)
+    return APIError(400, f"Invalid value for '{param}': {first['msg']}.", param=param, code="invalid_value")
+
+
+# --------------------------------------------------------------------------------------------- responses
+
+
+class Usage(BaseModel):
+    type: Literal["duration"] = "duration"
+    seconds: float
+
+
+class TranscriptionResponse(BaseModel):
+    """``response_format=json``."""
+
+    text: str
+    usage: Usage | None = None
+
+
+class VerboseSegment(BaseModel):
+    """One decoding window. ``avg_logprob`` and ``no_speech_prob`` are null: the engine does not report
+    log-probabilities yet, and a made-up number would mislead the thresholds clients apply to them."""
+
+    id: int
+    seek: int  # the window's start in 10 ms feature frames, as Whisper counts it
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    temperature: float
+    avg_logprob: float | None
+    compression_ratio: float
+    no_speech_prob: float | None
+
+
+class VerboseTranscriptionResponse(BaseModel):
+    """``response_format=verbose_json``."""
+
+    task: Literal["transcribe", "translate"]
+    language: str
+    duration: float
+    text: str
+    segments: list[VerboseSegment]
+    usage: Usage | None = None
+
+
+class TextDeltaEvent(BaseModel):
+    type: Literal["transcript.text.delta"] = "transcript.text.delta"
+    delta: str
+
+
+class TextDoneEvent(BaseModel):
+    type: Literal["transcript.text.done"] = "transcript.text.done"
+    text: str
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "oasr"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

@@ -1,0 +1,67 @@
+"""The HTTP routes: each hands its request to the serving logic and returns what it answers."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import APIRouter, Depends, Request
+from starlette.responses import JSONResponse, Response
+
+from oasr.serving.protocol import APIError, ModelCard, ModelList
+from oasr.serving.serving import OpenAIServingTranscription
+
+def serving(request: Request) -> OpenAIServingTranscription:
+    return request.app.state.serving
+
+
+def require_api_key(request: Request) -> None:
+    """With an API key configured, /v1/* needs ``Authorization: Bearer <key>``; checked before the upload is read."""
+    expected = serving(request).settings.api_key
+    if expected is None:
+        return
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
+        raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def build_router() -> APIRouter:
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
+
+    @v1.post("/audio/transcriptions", summary="Transcribe audio (OpenAI-compatible, multipart form)")
+    async def create_transcription(request: Request) -> Response:
+        return await serving(request).create(request, "transcribe")
+
+    @v1.post("/audio/translations", summary="Translate audio into English text (OpenAI-compatible)")
+    async def create_translation(request: Request) -> Response:
+        return await serving(request).create(request, "translate")
+
+    @v1.get("/models", summary="The served model")
+    async def list_models(request: Request) -> ModelList:
+        return ModelList(data=[_model_card(request)])
+
+    @v1.get("/models/{model_id}", summary="One model, if served")
+    async def retrieve_model(model_id: str, request: Request) -> ModelCard:
+        if not serving(request).settings.accepts_model(model_id):
+            raise APIError(404, f"The model `{model_id[:128]}` does not exist.", param="model",
+                           code="model_not_found")
+        return _model_card(request, model_id)
+
+    router = APIRouter()
+    router.include_router(v1)
+
+    @router.get("/health", summary="200 while the engine runs, 503 once it has stopped")
+    async def health(request: Request) -> Response:
+        alive = serving(request).engine_alive
+        return JSONResponse({"status": "ok" if alive else "engine_unavailable"}, status_code=200 if alive else 503)
+
+    @router.get("/metrics", summary="Prometheus metrics")
+    async def metrics(request: Request) -> Response:
+        body, content_type = serving(request).metrics.exposition()
+        return Response(body, media_type=content_type)
+
+    return router
+
+
+def _model_card(request: Request, model_id: str | None = None) -> ModelCard:
+    return ModelCard(id=model_id or serving(request).settings.served_model_name, created=request.app.state.created)

@@ -1,0 +1,144 @@
+"""Running a real ``oasr serve`` app on loopback for tests, and reading its metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+
+import httpx
+import numpy as np
+import soundfile as sf
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+
+from oasr.engine.async_engine import AsyncEngine
+from oasr.engine.config import CacheConfig, EngineConfig
+from oasr.models.loader import LoadedModel
+
+SMALL_ENGINE = EngineConfig(cache=CacheConfig(memory_budget_bytes=256 << 20))
+WAIT_S = 120  # generous: the 2 CPU cores are shared with other test runs; only a hang should hit this
+
+
+def small_engine(loaded: LoadedModel, **kwargs) -> AsyncEngine:
+    return AsyncEngine(loaded, SMALL_ENGINE, **kwargs)
+
+
+@contextlib.contextmanager
+def running_server(app) -> Iterator[str]:
+    """Serves ``app`` with uvicorn on 127.0.0.1 (a free port) in a background thread; yields its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="oasr-test-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, "the server to start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def metrics(base_url: str) -> dict[str, float]:
+    """Every sample on /metrics, keyed by its name and labels as Prometheus writes them."""
+    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def engine_idle(base_url: str) -> bool:
+    m = metrics(base_url)
+    return (m["oasr_engine_requests_running"] == 0 and m["oasr_engine_requests_waiting"] == 0
+            and m["oasr_engine_kv_blocks_used"] == 0 and m["oasr_http_requests_in_flight"] == 0)
+
+
+def wav_bytes(samples: np.ndarray, sample_rate: int = 16_000) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, samples.astype(np.float32), sample_rate, format="WAV", subtype="PCM_16")
+    return out.getvalue()
+
+
+class SlowEngine:
+    """The real engine, made to decode ``min_new_tokens`` tokens per window (end-of-text is suppressed until
+    then), so a request is surely still running when a test acts on it. Counts how each window's output
+    iterator ended: finished, or closed early (which is what aborts the engine request)."""
+
+    def __init__(self, engine: AsyncEngine, min_new_tokens: int = 400) -> None:
+        self._engine = engine
+        self.loaded = engine.loaded
+        self.min_new_tokens = min_new_tokens
+        self.num_finished = 0
+        self.num_closed_early = 0
+
+    @property
+    def window_samples(self) -> int:
+        return self._engine.window_samples
+
+    def check(self, options) -> None:
+        self._engine.check(options)
+
+    def stats(self):
+        return self._engine.stats()
+
+    async def generate(self, audio, options) -> AsyncIterator:
+        finished = False
+        try:
+            slow = replace(options, min_new_tokens=self.min_new_tokens)
+            async with contextlib.aclosing(self._engine.generate(audio, slow)) as outputs:
+                async for output in outputs:
+                    finished = output.finished
+                    yield output
+        finally:
+            if finished:
+                self.num_finished += 1
+            else:
+                self.num_closed_early += 1
+
+
+class BrokenEngine:
+    """The real engine, failing with ``error`` after ``after`` outputs of each window (a server-side fault)."""
+
+    def __init__(self, engine: AsyncEngine, error: Exception, after: int) -> None:
+        self._engine = engine
+        self.loaded = engine.loaded
+        self.error = error
+        self.after = after
+
+    @property
+    def window_samples(self) -> int:
+        return self._engine.window_samples
+
+    def check(self, options) -> None:
+        self._engine.check(options)
+
+    def stats(self):
+        return self._engine.stats()
+
+    async def generate(self, audio, options) -> AsyncIterator:
+        async with contextlib.aclosing(self._engine.generate(audio, options)) as outputs:
+            num_outputs = 0
+            async for output in outputs:
+                if num_outputs == self.after:
+                    raise self.error
+                num_outputs += 1
+                yield output
