@@ -18,9 +18,10 @@ import numpy as np
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
+from oasr.engine.results import assemble, decoded_window
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
-from oasr.types import DecodeOptions, Segment, Transcription, TranscribeOptions
+from oasr.types import DecodeOptions, Transcription, TranscribeOptions
 
 AudioInput = str | os.PathLike | bytes | np.ndarray
 _DECODE_THREADS = 4
@@ -130,19 +131,9 @@ class OfflineTranscriber:
             yield head if isinstance(head, Transcription) else self._finish(head)
 
     def _finish(self, pending: _Pending) -> Transcription:
-        tokenizer = self.loaded.tokenizer
-        window_s = self.window / SAMPLE_RATE
-        texts = [tokenizer.decode(pending.tokens[i]) for i in range(pending.num_windows)]
-        segments = [
-            Segment(start=i * window_s, end=min((i + 1) * window_s, pending.duration_s), text=text.strip())
-            for i, text in enumerate(texts)
-            if text.strip()
+        windows = [
+            decoded_window(self.loaded.tokenizer, i, self.window, pending.duration_s, pending.tokens[i],
+                           pending.languages[i])
+            for i in range(pending.num_windows)
         ]
-        return Transcription(
-            source=pending.source,
-            text="".join(texts).strip(),
-            language=pending.languages[0],
-            duration_s=round(pending.duration_s, 3),
-            token_ids=[t for i in range(pending.num_windows) for t in pending.tokens[i]],
-            segments=segments,
-        )
+        return assemble(pending.source, pending.duration_s, windows)

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 
 import numpy as np
 
-from oasr.audio import SAMPLE_RATE
 from oasr.engine.offline import split_windows
 from oasr.engine.request import RequestOutput
 from oasr.serving.engine_client import EngineClient
-from oasr.types import DecodeOptions, Segment, Transcription
+from oasr.types import DecodeOptions
 
 _REPLACEMENT = "\ufffd"  # what a byte-level BPE piece ending inside a UTF-8 character decodes to
-
-
-@dataclass(frozen=True)
-class DecodedWindow:
-    index: int
-    start_sample: int
-    start_s: float
-    end_s: float
-    token_ids: list[int]
-    text: str  # as decoded, leading space included (Whisper's segments keep it)
-    language: str | None
 
 
 class WindowedDecode:
@@ -130,30 +117,3 @@ class OrderedText:
         kept = text.rstrip()
         self._held = text[len(kept) :]
         return kept
-
-
-def decoded_window(tokenizer, index: int, window_samples: int, duration_s: float,
-                   output: RequestOutput) -> DecodedWindow:
-    window_s = window_samples / SAMPLE_RATE
-    return DecodedWindow(
-        index=index,
-        start_sample=index * window_samples,
-        start_s=index * window_s,
-        end_s=min((index + 1) * window_s, duration_s),
-        token_ids=list(output.token_ids),
-        text=tokenizer.decode(output.token_ids),
-        language=output.language,
-    )
-
-
-def assemble(source: str, duration_s: float, windows: list[DecodedWindow]) -> Transcription:
-    """The same result ``oasr.transcribe`` gives: texts joined and stripped, one segment per non-empty window."""
-    segments = [Segment(start=w.start_s, end=w.end_s, text=w.text.strip()) for w in windows if w.text.strip()]
-    return Transcription(
-        source=source,
-        text="".join(w.text for w in windows).strip(),
-        language=windows[0].language if windows else None,
-        duration_s=round(duration_s, 3),
-        token_ids=[t for w in windows for t in w.token_ids],
-        segments=segments,
-    )

@@ -28,7 +28,8 @@ from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
 from oasr.engine.offline import to_samples
 from oasr.engine.request import RequestOutput
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
-from oasr.serving.decoding import DecodedWindow, OrderedText, WindowedDecode, assemble, decoded_window
+from oasr.engine.results import DecodedWindow, assemble, decoded_window
+from oasr.serving.decoding import OrderedText, WindowedDecode
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.formats import render
 from oasr.serving.metrics import ServerMetrics
@@ -288,7 +289,8 @@ class OpenAIServingTranscription:
 
     def _result(self, job: TranscriptionJob, finals: dict[int, RequestOutput]) -> TranscriptionResult:
         window = self.engine.window_samples
-        windows = [decoded_window(self.tokenizer, i, window, job.duration_s, finals[i]) for i in sorted(finals)]
+        windows = [decoded_window(self.tokenizer, i, window, job.duration_s, finals[i].token_ids, finals[i].language)
+                   for i in sorted(finals)]
         self.metrics.total_seconds.observe(time.perf_counter() - job.ticket.admitted_at)
         self.metrics.audio_seconds.inc(job.duration_s)
         return TranscriptionResult(assemble(job.source, job.duration_s, windows), windows)
