@@ -36,7 +36,7 @@ def main() -> None:
         ours = triton.testing.do_bench(lambda: loaded.model.encode(features, lengths), warmup=50, rep=300,
                                        return_mode="median")
         theirs = triton.testing.do_bench(
-            lambda: reference.get_audio_features(input_features=features.transpose(1, 2), attention_mask=mask),
+            lambda: reference.encoder(input_features=features.transpose(1, 2), attention_mask=mask),
             warmup=50, rep=300, return_mode="median")
     print(f"{args.arch} batch {args.batch} x {args.frames} frames: OASR {ours:.1f} ms, transformers {theirs:.1f} ms")
 
