@@ -15,8 +15,6 @@ class TranscribeOptions:
     language: str | None = None
     task: Task = "transcribe"
     batch_size: int = 16
-    # Whisper's decoder has 448 positions; the prompt uses some of them.
-    max_length: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -78,17 +78,12 @@ def wav_bytes(samples: np.ndarray, sample_rate: int = 16_000) -> bytes:
     return out.getvalue()
 
 
-class SlowEngine:
-    """The real engine, made to decode ``min_new_tokens`` tokens per window (end-of-text is suppressed until
-    then), so a request is surely still running when a test acts on it. Counts how each window's output
-    iterator ended: finished, or closed early (which is what aborts the engine request)."""
+class _WrappedEngine:
+    """Passes everything but ``generate`` through to the real engine."""
 
-    def __init__(self, engine: AsyncEngine, min_new_tokens: int = 400) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self.loaded = engine.loaded
-        self.min_new_tokens = min_new_tokens
-        self.num_finished = 0
-        self.num_closed_early = 0
 
     @property
     def window_samples(self) -> int:
@@ -99,6 +94,18 @@ class SlowEngine:
 
     def stats(self):
         return self._engine.stats()
+
+
+class SlowEngine(_WrappedEngine):
+    """The real engine, made to decode ``min_new_tokens`` tokens per window (end-of-text is suppressed until
+    then), so a request is surely still running when a test acts on it. Counts how each window's output
+    iterator ended: finished, or closed early (which is what aborts the engine request)."""
+
+    def __init__(self, engine: AsyncEngine, min_new_tokens: int = 400) -> None:
+        super().__init__(engine)
+        self.min_new_tokens = min_new_tokens
+        self.num_finished = 0
+        self.num_closed_early = 0
 
     async def generate(self, audio, options) -> AsyncIterator:
         finished = False
@@ -115,24 +122,13 @@ class SlowEngine:
                 self.num_closed_early += 1
 
 
-class BrokenEngine:
+class BrokenEngine(_WrappedEngine):
     """The real engine, failing with ``error`` after ``after`` outputs of each window (a server-side fault)."""
 
     def __init__(self, engine: AsyncEngine, error: Exception, after: int) -> None:
-        self._engine = engine
-        self.loaded = engine.loaded
+        super().__init__(engine)
         self.error = error
         self.after = after
-
-    @property
-    def window_samples(self) -> int:
-        return self._engine.window_samples
-
-    def check(self, options) -> None:
-        self._engine.check(options)
-
-    def stats(self):
-        return self._engine.stats()
 
     async def generate(self, audio, options) -> AsyncIterator:
         async with contextlib.aclosing(self._engine.generate(audio, options)) as outputs:

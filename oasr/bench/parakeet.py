@@ -99,7 +99,7 @@ def run_transformers(kind, model, audio, *, batch_size, device, dtype, extractor
 
 
 def main(argv: list[str] | None = None) -> None:
-    from oasr.bench.run import engine_config
+    from oasr.engine.config import EngineConfig, SchedulerConfig
     from oasr.engine.engine import ASREngine
     from oasr.models.loader import from_pretrained, pick_device, pick_dtype
     from oasr.types import DecodeOptions
@@ -119,9 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kind, reference = build(args.arch, Path(tmp))
         loaded = from_pretrained(tmp, device=device, dtype=dtype)
-    config = engine_config(1, 256, True)
-    config = type(config)(scheduler=type(config.scheduler)(max_num_seqs=256, max_encode_rows=args.max_encode_rows,
-                                                           max_encoder_frames=args.max_encode_rows * 2001))
+    # 20 s of audio is 2001 feature frames: the frame cap never splits a batch of max_encode_rows.
+    config = EngineConfig(scheduler=SchedulerConfig(max_num_seqs=256, max_encode_rows=args.max_encode_rows,
+                                                    max_encoder_frames=args.max_encode_rows * 2001))
     engine = ASREngine(loaded, config)
     list(engine.run((f"w{i}", a, DecodeOptions()) for i, a in enumerate(audio[:32])))
     engine.runner.phase_seconds = dict.fromkeys(engine.runner.phase_seconds, 0.0)

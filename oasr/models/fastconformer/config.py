@@ -170,23 +170,14 @@ def tiny_ctc_config() -> ParakeetCTCConfig:
     return ParakeetCTCConfig(encoder_config=tiny_encoder_config(), vocab_size=33, pad_token_id=32)
 
 
+def _tiny_transducer_fields() -> dict[str, Any]:
+    return dict(encoder_config=tiny_encoder_config(), vocab_size=33, decoder_hidden_size=24, num_decoder_layers=1,
+                blank_token_id=32, pad_token_id=32)
+
+
 def tiny_rnnt_config() -> ParakeetRNNTConfig:
-    return ParakeetRNNTConfig(
-        encoder_config=tiny_encoder_config(),
-        vocab_size=33,
-        decoder_hidden_size=24,
-        num_decoder_layers=1,
-        blank_token_id=32,
-        pad_token_id=32,
-    )
+    return ParakeetRNNTConfig(**_tiny_transducer_fields())
 
 
 def tiny_tdt_config() -> ParakeetTDTConfig:
-    return ParakeetTDTConfig(
-        encoder_config=tiny_encoder_config(),
-        vocab_size=33,
-        decoder_hidden_size=24,
-        num_decoder_layers=1,
-        blank_token_id=32,
-        pad_token_id=32,
-    )
+    return ParakeetTDTConfig(**_tiny_transducer_fields())
