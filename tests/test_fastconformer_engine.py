@@ -59,3 +59,29 @@ def test_options_the_model_cannot_serve_are_refused(model_dir: Path) -> None:
         oasr.transcribe(JFK, loaded, language="en")
     with pytest.raises(UnsupportedOptionError, match="translate"):
         oasr.transcribe(JFK, loaded, task="translate")
+
+
+def test_offline_feeding_encodes_similar_lengths_together(model_dir: Path) -> None:
+    """engine.run reads ahead and submits the longest first, so each encode batch pads little; each request's
+    result is still its own."""
+    from oasr.engine.config import EngineConfig, SchedulerConfig
+    from oasr.engine.engine import ASREngine
+    from oasr.types import DecodeOptions
+
+    loaded = from_pretrained(model_dir, device="cpu", dtype="float32")
+    full = load_audio(JFK)
+    seconds = [3, 9, 1, 7, 2, 10]
+    audio = {f"r{i}": full[: 16000 * s] for i, s in enumerate(seconds)}
+    engine = ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(max_encode_rows=2)))
+    batches = []
+    execute = engine.runner.execute
+
+    def recording_execute(out, requests):
+        batches.append(sorted(len(requests[row.request_id].audio) // 16000 for row in out.encode))
+        return execute(out, requests)
+
+    engine.runner.execute = recording_execute
+    results = {o.request_id: o.token_ids for o in engine.run((k, a, DecodeOptions()) for k, a in audio.items())}
+    assert batches == [[9, 10], [3, 7], [1, 2]]
+    expected = direct_decode(loaded, list(audio.values()))
+    assert [results[k] for k in audio] == expected

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -64,45 +64,155 @@ class TransducerGreedyOptions:
             raise ValueError("max_symbols_per_step must be at least 1")
 
 
+@dataclass
+class _Loop:
+    """The label loop's state, updated in place by every step (so a CUDA graph of steps can be replayed)."""
+
+    frames: torch.Tensor  # [B, T, H] projected encoder frames
+    lengths: torch.Tensor  # [B] valid frames per row (0 for padding rows)
+    position: torch.Tensor  # [B] current frame
+    run: torch.Tensor  # [B] tokens emitted on the current frame
+    count: torch.Tensor  # [B] tokens emitted so far
+    tokens: torch.Tensor  # [B, T * max_symbols + 1] emitted tokens (the last slot absorbs non-emissions)
+    predictor_out: torch.Tensor  # [B, H]
+    state: Any  # the predictor's opaque state: a dataclass or tuple of tensors
+
+    @classmethod
+    def start(cls, model: TransducerModel, frames: torch.Tensor, lengths: torch.Tensor, max_symbols: int) -> _Loop:
+        batch, num_frames, _ = frames.shape
+        position = torch.zeros(batch, dtype=torch.long, device=frames.device)
+        predictor_out, state = model.predictor_init(batch, frames.device)
+        tokens = torch.full((batch, num_frames * max_symbols + 1), -1, dtype=torch.long, device=frames.device)
+        return cls(frames, lengths, position, position.clone(), position.clone(), tokens, predictor_out, state)
+
+    def reset(self, model: TransducerModel) -> None:
+        """Back to the start of every row (frames and lengths stay)."""
+        for counter in (self.position, self.run, self.count):
+            counter.zero_()
+        out, state = model.predictor_init(self.frames.shape[0], self.frames.device)
+        self.predictor_out.copy_(out)
+        for old, new in zip(_state_tensors(self.state), _state_tensors(state), strict=True):
+            old.copy_(new)
+
+    def unfinished(self) -> torch.Tensor:
+        return (self.position < self.lengths).any()
+
+    def results(self, num_rows: int) -> list[list[int]]:
+        tokens, count = self.tokens[:num_rows].cpu(), self.count[:num_rows].cpu()  # the one read of the tokens
+        return [row[:n].tolist() for row, n in zip(tokens, count.tolist(), strict=True)]
+
+
+def _state_tensors(state: Any) -> list[torch.Tensor]:
+    if is_dataclass(state):
+        return [getattr(state, f.name) for f in fields(state)]
+    return list(state)
+
+
+def _step(model: TransducerModel, loop: _Loop, rule: Rule, max_symbols: int) -> None:
+    """One label step for every row, in place; rows past their frames are masked, so it never reads the host."""
+    frames = loop.frames
+    rows = torch.arange(frames.shape[0], device=frames.device)
+    active = loop.position < loop.lengths
+    logits = model.joint(frames[rows, loop.position.clamp(max=frames.shape[1] - 1)], loop.predictor_out)
+    token, advance = rule(logits)
+    emit = active & (token != model.blank_id)
+    run = torch.where(emit & (advance == 0), loop.run + 1, 0)
+    forced = run >= max_symbols
+    loop.run.copy_(torch.where(forced, 0, run))
+    loop.position.add_(torch.where(active, torch.where(forced, 1, advance), 0))
+    loop.tokens[rows, loop.count] = token  # overwritten by the next emission unless this one counts
+    loop.count.add_(emit.long())
+    new_out, new_state = model.predictor_step(token, loop.state)
+    loop.predictor_out.copy_(torch.where(emit[:, None], new_out, loop.predictor_out))
+    selected = model.predictor_select(emit, new_state, loop.state)
+    for old, new in zip(_state_tensors(loop.state), _state_tensors(selected), strict=True):
+        old.copy_(new)
+
+
 def label_loop(
     model: TransducerModel, encoder_output: EncoderOutput, rule: Rule, *, max_symbols: int, max_advance: int
 ) -> list[list[int]]:
-    """encoder_output: hidden [B, T, D], lengths [B] -> token ids per row (blanks excluded)."""
+    """encoder_output: hidden [B, T, D], lengths [B] -> token ids per row (blanks excluded). Eager steps."""
     frames = model.project_encoder(encoder_output.hidden)
-    batch, num_frames, _ = frames.shape
-    device = frames.device
-    lengths = encoder_output.lengths.to(device)
-    rows = torch.arange(batch, device=device)
-    predictor_out, state = model.predictor_init(batch, device)
-    position = torch.zeros(batch, dtype=torch.long, device=device)
-    run = torch.zeros_like(position)  # tokens emitted on the current frame
+    num_frames = frames.shape[1]
+    loop = _Loop.start(model, frames, encoder_output.lengths.to(frames.device), max_symbols)
     # Each step advances a frame or emits a token on it, at most max_symbols per frame: a bound on the steps.
     max_steps = num_frames * max_symbols
-    tokens = torch.full((batch, max_steps + 1), -1, dtype=torch.long, device=device)
-    count = torch.zeros_like(position)
     chunk = max(1, math.ceil(num_frames / max_advance))  # the fewest steps the longest row can need
     steps = 0
     while steps < max_steps:
         for _ in range(min(chunk, max_steps - steps)):
-            active = position < lengths
-            logits = model.joint(frames[rows, position.clamp(max=num_frames - 1)], predictor_out)
-            token, advance = rule(logits)
-            emit = active & (token != model.blank_id)
-            run = torch.where(emit & (advance == 0), run + 1, 0)
-            forced = run >= max_symbols
-            advance = torch.where(forced, 1, advance)
-            run = torch.where(forced, 0, run)
-            position = position + torch.where(active, advance, 0)
-            tokens[rows, count] = token  # overwritten by the next emission unless this one counts
-            count = count + emit.long()
-            new_out, new_state = model.predictor_step(token, state)
-            predictor_out = torch.where(emit[:, None], new_out, predictor_out)
-            state = model.predictor_select(emit, new_state, state)
+            _step(model, loop, rule, max_symbols)
         steps += chunk
-        if not bool((position < lengths).any()):  # the once-per-chunk host sync
+        if not bool(loop.unfinished()):  # the once-per-chunk host sync
             break
-    tokens, count = tokens.cpu(), count.cpu()
-    return [row[:n].tolist() for row, n in zip(tokens, count.tolist(), strict=True)]
+    return loop.results(frames.shape[0])
+
+
+def _bucket(value: int, smallest: int) -> int:
+    return max(smallest, 1 << (value - 1).bit_length())
+
+
+class LabelLoopGraphs:
+    """The label loop as CUDA graphs of ``steps_per_graph`` steps, one per (rows, frames) bucket.
+
+    Eager label steps are a few dozen small kernels each, so a batch spends its time launching them. Here each
+    bucket's loop state lives in static buffers; a batch is copied in (padding rows get no frames), the graph is
+    replayed until every row is done (checked on the host after the fewest replays the longest row can need,
+    then after each replay), and the tokens are read once.
+    """
+
+    def __init__(self, steps_per_graph: int = 32) -> None:
+        self.steps_per_graph = steps_per_graph
+        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, _Loop, Rule]] = {}
+        self._pool: Any = None
+
+    def run(
+        self, model: TransducerModel, encoder_output: EncoderOutput, rule: Rule, *, max_symbols: int,
+        max_advance: int,
+    ) -> list[list[int]]:
+        frames = model.project_encoder(encoder_output.hidden)
+        batch, num_frames, _ = frames.shape
+        key = (_bucket(batch, 1), _bucket(num_frames, 64))
+        if key not in self._graphs:
+            self._graphs[key] = self._capture(model, frames, key, rule, max_symbols)
+        graph, loop, _ = self._graphs[key]
+        loop.frames[:batch, :num_frames].copy_(frames)
+        loop.lengths.zero_()
+        loop.lengths[:batch].copy_(encoder_output.lengths)
+        loop.reset(model)
+        replays = math.ceil(num_frames / max_advance / self.steps_per_graph)
+        limit = math.ceil(num_frames * max_symbols / self.steps_per_graph)
+        done = 0
+        while done < limit:
+            for _ in range(min(replays, limit - done)):
+                graph.replay()
+            done += replays
+            replays = 1
+            if not bool(loop.unfinished()):
+                break
+        return loop.results(batch)
+
+    def _capture(
+        self, model: TransducerModel, frames: torch.Tensor, key: tuple[int, int], rule: Rule, max_symbols: int
+    ) -> tuple[torch.cuda.CUDAGraph, _Loop, Rule]:
+        rows, num_frames = key
+        device = frames.device
+        static = torch.zeros(rows, num_frames, frames.shape[2], dtype=frames.dtype, device=device)
+        loop = _Loop.start(model, static, torch.zeros(rows, dtype=torch.long, device=device), max_symbols)
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):  # warm-up: lazy initialisation must not happen during capture
+            _step(model, loop, rule, max_symbols)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._pool):
+            for _ in range(self.steps_per_graph):
+                _step(model, loop, rule, max_symbols)
+        # The rule's tensors (e.g. TDT durations) were captured by address: keep the rule alive with the graph.
+        return graph, loop, rule
 
 
 def _max_symbols(options: TransducerGreedyOptions, model: TransducerModel) -> int:
@@ -113,9 +223,18 @@ def _max_symbols(options: TransducerGreedyOptions, model: TransducerModel) -> in
 class TransducerGreedy:
     consumes: ClassVar[str] = "encoder_hidden_states"
     incremental: ClassVar[bool] = False
+    graph_capturable: ClassVar[bool] = True
 
-    def __init__(self, options: TransducerGreedyOptions | None = None) -> None:
+    def __init__(self, options: TransducerGreedyOptions | None = None, *, cuda_graphs: bool = False) -> None:
         self.options = options or TransducerGreedyOptions()
+        self._graphs = LabelLoopGraphs() if cuda_graphs else None
+
+    def _loop(
+        self, model: TransducerModel, encoder_output: EncoderOutput, rule: Rule, max_advance: int
+    ) -> list[list[int]]:
+        """The graphed loop on CUDA when enabled, else eager steps; both give the same tokens."""
+        run = self._graphs.run if self._graphs is not None and encoder_output.hidden.is_cuda else label_loop
+        return run(model, encoder_output, rule, max_symbols=_max_symbols(self.options, model), max_advance=max_advance)
 
     def decode(self, model: TransducerModel, encoder_output: EncoderOutput) -> list[list[int]]:
         blank = model.blank_id
@@ -124,17 +243,11 @@ class TransducerGreedy:
             token = logits[:, : model.vocab_size].argmax(dim=-1)
             return token, (token == blank).long()
 
-        return label_loop(model, encoder_output, rule, max_symbols=_max_symbols(self.options, model), max_advance=1)
+        return self._loop(model, encoder_output, rule, max_advance=1)
 
 
 @DECODE_STRATEGIES.register("tdt_greedy")
-class TDTGreedy:
-    consumes: ClassVar[str] = "encoder_hidden_states"
-    incremental: ClassVar[bool] = False
-
-    def __init__(self, options: TransducerGreedyOptions | None = None) -> None:
-        self.options = options or TransducerGreedyOptions()
-
+class TDTGreedy(TransducerGreedy):
     def decode(self, model: TDTModel, encoder_output: EncoderOutput) -> list[list[int]]:
         blank, vocab_size = model.blank_id, model.vocab_size
         durations = torch.tensor(model.durations, dtype=torch.long, device=encoder_output.hidden.device)
@@ -146,6 +259,4 @@ class TDTGreedy:
             return token, torch.where((token == blank) & (advance == 0), 1, advance)
 
         max_advance = max(1, max(model.durations))
-        return label_loop(
-            model, encoder_output, rule, max_symbols=_max_symbols(self.options, model), max_advance=max_advance
-        )
+        return self._loop(model, encoder_output, rule, max_advance)

@@ -49,6 +49,9 @@ class CacheConfig:
 @dataclass(frozen=True)
 class RunnerConfig:
     cuda_graphs: bool = True  # capture decode steps per batch bucket (CUDA only; eager elsewhere)
+    # torch.compile the encoder (CUDA only): fused elementwise work, one compilation for every batch size; the
+    # first encode walk pays the compilation (tens of seconds for large shapes).
+    compile_encoder: bool = False
     batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS
 
 

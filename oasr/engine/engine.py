@@ -20,6 +20,7 @@ from oasr.types import DecodeOptions
 
 
 _NO_END_TOKEN = -1  # frame-synchronous families end with their frames, not with a token
+_LENGTH_LOOKAHEAD_BATCHES = 4  # offline feeding reads this many encode batches ahead to group similar lengths
 
 
 @dataclass(frozen=True)
@@ -97,17 +98,29 @@ class ASREngine:
         )
 
     def run(self, items: Iterable[tuple[str, np.ndarray, DecodeOptions]]) -> Iterator[RequestOutput]:
-        """Feeds ``(request_id, audio, options)`` as room appears; yields each finished output as it completes."""
+        """Feeds ``(request_id, audio, options)`` as room appears; yields each finished output as it completes.
+
+        Models whose encoder sees only the real frames (not a fixed window) pay for padding to a batch's longest
+        row, so for them ``run`` reads a few batches ahead and submits the longest first: each encode batch then
+        holds similar lengths. Outputs are matched by request id, so the order they finish in does not matter.
+        """
         pending = iter(items)
+        rows = self.config.scheduler.max_encode_rows
+        by_length = not self.runner.pads_to_window
+        ahead: list[tuple[str, np.ndarray, DecodeOptions]] = []
         exhausted = False
         while True:
-            while not exhausted and len(self.scheduler.waiting) < self.config.scheduler.max_encode_rows:
+            while not exhausted and len(ahead) < (_LENGTH_LOOKAHEAD_BATCHES * rows if by_length else rows):
                 item = next(pending, None)
                 if item is None:
                     exhausted = True
                 else:
-                    request_id, audio, options = item
-                    self.add_request(audio, options, request_id=request_id)
+                    ahead.append(item)
+            if by_length:
+                ahead.sort(key=lambda item: len(item[1]))
+            while ahead and len(self.scheduler.waiting) < rows:
+                request_id, audio, options = ahead.pop() if by_length else ahead.pop(0)
+                self.add_request(audio, options, request_id=request_id)
             if not self.has_unfinished():
                 return
             for output in self.step():

@@ -25,6 +25,7 @@ WINDOW_SECONDS = 60
 
 class FrameSyncRunner:
     incremental = False
+    pads_to_window = False  # a batch is padded to its longest row only
     prompt_len = 0
     max_positions = 1 << 30  # no decoder positions: the output length is bounded by the frames
 
@@ -33,10 +34,17 @@ class FrameSyncRunner:
         self.model = loaded.model
         self.device = loaded.device
         arch = type(self.model)
-        self.strategy = DECODE_STRATEGIES.get(arch.default_decode_strategy)()
+        strategy = DECODE_STRATEGIES.get(arch.default_decode_strategy)
+        use_graphs = config.runner.cuda_graphs and self.device.type == "cuda"
+        # Label loops (transducers) replay captured steps; CTC decodes in a few kernels and needs none.
+        self.strategy = strategy(cuda_graphs=use_graphs) if getattr(strategy, "graph_capturable", False) else strategy()
         self.num_slots = config.scheduler.max_num_seqs
         self.window_samples = WINDOW_SECONDS * 16_000
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
+        self._encoder = self.model.encode
+        if config.runner.compile_encoder and self.device.type == "cuda":
+            # Rows and frames vary from batch to batch: one graph with symbolic shapes, not one per shape.
+            self._encoder = torch.compile(self.model.encode, dynamic=True)
 
     def check(self, options: DecodeOptions) -> None:
         if options.task != "transcribe":
@@ -56,7 +64,7 @@ class FrameSyncRunner:
         start = time.perf_counter()
         batch = [requests[row.request_id] for row in out.encode]
         features, lengths = self.loaded.features([r.audio for r in batch], device=self.device)
-        encoded = self.model.encode(features.to(self.loaded.dtype), lengths)
+        encoded = self._encoder(features.to(self.loaded.dtype), lengths)
         token_ids = self.strategy.decode(self.model, encoded)
         self.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(

@@ -25,6 +25,22 @@ class Conv1d(nn.Conv1d):
     KERNEL_OP: ClassVar[str] = "conv1d"
 
 
+class PointwiseConv1d(nn.Conv1d):
+    """A kernel-size-1 convolution applied to channel-last input [B, T, C_in] -> [B, T, C_out].
+
+    It keeps a convolution's parameters (``weight`` [C_out, C_in, 1]) so checkpoints load by key, but runs as
+    the matrix multiply it is, without moving channels in front of time and back.
+    """
+
+    KERNEL_OP: ClassVar[str] = "linear"
+
+    def __init__(self, in_channels: int, out_channels: int, *, bias: bool = True) -> None:
+        super().__init__(in_channels, out_channels, kernel_size=1, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight[:, :, 0], self.bias)
+
+
 class Embedding(nn.Embedding):
     KERNEL_OP: ClassVar[str] = "embedding"
 

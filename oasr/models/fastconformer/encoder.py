@@ -23,6 +23,7 @@ from oasr.layers import (
     Conv2d,
     LayerNorm,
     Linear,
+    PointwiseConv1d,
     ReLU,
     RelPositionMultiHeadAttention,
     activation,
@@ -103,21 +104,21 @@ class ConvolutionModule(nn.Module):
     def __init__(self, config: FastConformerEncoderConfig) -> None:
         super().__init__()
         channels, kernel, bias = config.hidden_size, config.conv_kernel_size, config.convolution_bias
-        self.pointwise_conv1 = Conv1d(channels, 2 * channels, kernel_size=1, bias=bias)
-        self.glu = GLU(dim=1)
+        self.pointwise_conv1 = PointwiseConv1d(channels, 2 * channels, bias=bias)
+        self.glu = GLU(dim=-1)
         self.depthwise_conv = Conv1d(
             channels, channels, kernel, padding=(kernel - 1) // 2, groups=channels, bias=bias
         )
         self.norm = BatchNorm1d(channels)
         self.activation = activation(config.hidden_act)
-        self.pointwise_conv2 = Conv1d(channels, channels, kernel_size=1, bias=bias)
+        self.pointwise_conv2 = PointwiseConv1d(channels, channels, bias=bias)
 
     def forward(self, x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
         """x: [B, T, C]; frames: bool [B, T] (True = real frame)."""
-        x = self.glu(self.pointwise_conv1(x.transpose(1, 2)))
-        x = x.masked_fill(~frames[:, None, :], 0.0)  # the depthwise conv must not read padded frames
-        x = self.activation(self.norm(self.depthwise_conv(x)))
-        return self.pointwise_conv2(x).transpose(1, 2)
+        x = self.glu(self.pointwise_conv1(x))
+        x = x.masked_fill(~frames[:, :, None], 0.0)  # the depthwise conv must not read padded frames
+        x = self.activation(self.norm(self.depthwise_conv(x.transpose(1, 2))))
+        return self.pointwise_conv2(x.transpose(1, 2))
 
 
 class ConformerBlock(nn.Module):
