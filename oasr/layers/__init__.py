@@ -1,7 +1,7 @@
 """The layer waist: every model in OASR is built from these modules and nothing else.
 
 Keeping models on one narrow set of layers is what lets a kernel (``oasr.kernels``) or a quantization method
-(later ``oasr.quantization``) change every architecture at once. ``tests/test_layer_waist.py`` walks each
+(later ``oasr.quantization``) change every architecture at once. ``tests/test_registries.py`` walks each
 registered architecture and fails on any bare ``torch.nn`` layer.
 """
 
