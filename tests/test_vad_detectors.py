@@ -164,6 +164,7 @@ def test_registry_lists_and_loads_every_detector() -> None:
         detector = load_detector(name)
         probs = detector.speech_probs([np.zeros(1000, dtype=np.float32)])
         assert probs[0].shape == (-(-1000 // detector.chunk_samples),)
+        assert [p.shape for p in detector.speech_probs([np.zeros(0, dtype=np.float32)] * 2)] == [(0,), (0,)]
     with pytest.raises(UnknownEntryError, match="energy, silero"):
         load_detector("webrtc")
 

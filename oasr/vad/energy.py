@@ -52,8 +52,8 @@ class EnergyVAD:
     @torch.inference_mode()
     def speech_probs(self, audios: Sequence[Audio]) -> list[np.ndarray]:
         rows = [as_samples(a) for a in audios]
-        if not rows:
-            return []
+        if not any(len(r) for r in rows):
+            return [np.zeros(0, dtype=np.float32) for _ in rows]
         chunks, lengths = chunk_rows(rows, CHUNK_SAMPLES)
         chunks = chunks.to(self.device)
         power = chunks.square().mean(dim=-1)

@@ -64,8 +64,8 @@ class SileroVAD:
         pieces = [self._pieces(s) for s in samples]
         rows = [row for stream in pieces for row, _, _ in stream]
         contexts = [ctx for stream in pieces for _, ctx, _ in stream]
-        if not rows:
-            return []
+        if not rows:  # no input, or only empty ones
+            return [np.zeros(0, dtype=np.float32) for _ in audios]
         chunks, lengths = chunk_rows(rows, CHUNK_SAMPLES)
         state = SileroState.initial(len(rows), self.device)
         state = SileroState(torch.stack(contexts).to(self.device), state.h, state.c)

@@ -1,4 +1,4 @@
-"""Silero VAD v5/v6 (16 kHz) as a batched network on ``oasr.layers``.
+"""Silero VAD (v6, 16 kHz) as a batched network on ``oasr.layers``.
 
 Each 512-sample chunk (32 ms) is scored from itself plus the last 64 samples of the chunk before it:
 
@@ -6,8 +6,9 @@ Each 512-sample chunk (32 ms) is scored from itself plus the last 64 samples of 
     4 frames) -> magnitude of 129 bins -> 4 conv + ReLU blocks (strides 1, 2, 2, 1; 4 frames -> 1)
     -> LSTM cell (128) carried from chunk to chunk -> ReLU -> 1x1 conv -> sigmoid.
 
-Only the LSTM links chunks; everything before it is computed for all chunks of all streams at once, and the
-recurrence runs as one ``LSTM`` layer over the chunk axis (cuDNN on GPU), so no Python loop walks the chunks.
+Only the LSTM links chunks; everything before it is computed for all chunks of all streams at once. On GPU the
+recurrence is one cuDNN ``LSTM`` call over the chunk axis; on CPU a loop of fused LSTM cells (see
+``recur_steps``), all streams stepping together.
 Module names follow the package's safetensors checkpoint; ``oasr.vad.silero_checkpoint`` holds the renames.
 """
 
