@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from oasr.serving.formats import OUTPUT_FORMATS, render, render_many
+from oasr.vad import VAD_DETECTORS
 
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
@@ -24,6 +25,8 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
     p.add_argument("--output-dir", type=Path, default=None, help="write FILE_STEM.FORMAT here instead of stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
+                   help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +73,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     from oasr.api import iter_transcribe
     from oasr.types import TranscribeOptions
 
-    options = TranscribeOptions(language=args.language, task=args.task, batch_size=args.batch_size)
+    options = TranscribeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad=args.vad)
     dtype = None if args.dtype == "auto" else args.dtype
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)

@@ -15,12 +15,18 @@ class TranscribeOptions:
     language: str | None = None
     task: Task = "transcribe"
     batch_size: int = 16
+    vad: str | None = None  # a registered VAD detector (oasr.vad): long audio is cut at its silences, not every 30 s
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
+        if self.vad is not None:
+            from oasr.vad import VAD_DETECTORS
+
+            if self.vad not in VAD_DETECTORS:
+                raise ValueError(f"unknown VAD detector {self.vad!r}; registered: {', '.join(VAD_DETECTORS.names())}")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Audio is decoded on worker threads ahead of the engine (libsndfile, FFmpeg and soxr release the GIL), so the
 GPU is not left waiting on file I/O. Audio longer than one window is cut into consecutive 30 s windows whose
-texts are joined; timestamped sequential long-form decoding replaces this naive cut later.
+texts are joined, or, with ``TranscribeOptions.vad``, into windows cut at the silences a VAD detector finds
+(``oasr.vad.planner``; planned on the same worker threads), all decoded in one batch.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.results import assemble, decoded_window
+from oasr.engine.results import assemble, decoded_span
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
@@ -28,17 +29,20 @@ _DECODE_THREADS = 4
 _DECODE_LOOKAHEAD = 64
 
 
+Span = tuple[int, int]  # samples [start, end) of one input decoded as one request
+
+
 @dataclass
 class _Pending:
     source: str
     duration_s: float
-    num_windows: int
+    spans: list[Span]
     tokens: dict[int, list[int]] = field(default_factory=dict)
     languages: dict[int, str | None] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
-        return len(self.tokens) == self.num_windows
+        return len(self.tokens) == len(self.spans)
 
 
 def describe(item: AudioInput, index: int) -> str:
@@ -58,6 +62,10 @@ def to_samples(item: AudioInput, name: str) -> np.ndarray:
 
 def split_windows(samples: np.ndarray, window: int) -> list[np.ndarray]:
     return [samples[start : start + window] for start in range(0, len(samples), window)]
+
+
+def fixed_spans(num_samples: int, window: int) -> list[Span]:
+    return [(start, min(start + window, num_samples)) for start in range(0, num_samples, window)]
 
 
 def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = None) -> EngineConfig:
@@ -82,6 +90,18 @@ class OfflineTranscriber:
         self.engine = ASREngine(loaded, engine_config_for(options, config))
         self.decode_options = DecodeOptions(language=options.language, task=options.task)
         self.window = self.engine.runner.window_samples
+        self.planner = None
+        if options.vad is not None:
+            from oasr.vad import load_detector
+            from oasr.vad.planner import WindowPlanner
+
+            self.planner = WindowPlanner(load_detector(options.vad, loaded.device), self.window)
+
+    def spans(self, samples: np.ndarray) -> list[Span]:
+        """Where to cut one input: one window if it fits, else every 30 s, or at VAD silences when enabled."""
+        if self.planner is None or len(samples) <= self.window:
+            return fixed_spans(len(samples), self.window)
+        return [(w.start, w.end) for w in self.planner.plan([samples])[0]]
 
     def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
         """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``."""
@@ -89,17 +109,16 @@ class OfflineTranscriber:
         by_id: dict[str, tuple[_Pending, int]] = {}
 
         def requests() -> Iterator[tuple[str, np.ndarray, DecodeOptions]]:
-            for index, name, samples in self._decoded(inputs):
+            for index, name, samples, spans in self._decoded(inputs):
                 if isinstance(samples, AudioDecodeError):
                     order.append(Transcription(source=name, text="", language=None, duration_s=0.0, error=str(samples)))
                     continue
-                windows = split_windows(samples, self.window)
-                pending = _Pending(name, audio_duration(samples, SAMPLE_RATE), len(windows))
+                pending = _Pending(name, audio_duration(samples, SAMPLE_RATE), spans)
                 order.append(pending)
-                for w, window in enumerate(windows):
+                for w, (start, end) in enumerate(spans):
                     request_id = f"{index}/{w}"
                     by_id[request_id] = (pending, w)
-                    yield request_id, window, self.decode_options
+                    yield request_id, samples[start:end], self.decode_options
 
         for output in self.engine.run(requests()):
             pending, w = by_id.pop(output.request_id)
@@ -108,13 +127,16 @@ class OfflineTranscriber:
             yield from self._drain(order)
         yield from self._drain(order)
 
-    def _decoded(self, inputs: Iterable[AudioInput]) -> Iterator[tuple[int, str, np.ndarray | AudioDecodeError]]:
-        def work(index: int, item: AudioInput) -> tuple[int, str, np.ndarray | AudioDecodeError]:
+    def _decoded(
+        self, inputs: Iterable[AudioInput]
+    ) -> Iterator[tuple[int, str, np.ndarray | AudioDecodeError, list[Span]]]:
+        def work(index: int, item: AudioInput) -> tuple[int, str, np.ndarray | AudioDecodeError, list[Span]]:
             name = describe(item, index)
             try:
-                return index, name, to_samples(item, name)
+                samples = to_samples(item, name)
             except AudioDecodeError as exc:
-                return index, name, exc
+                return index, name, exc, []
+            return index, name, samples, self.spans(samples)
 
         with ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="oasr-audio") as pool:
             ahead: deque[Future] = deque()
@@ -132,8 +154,7 @@ class OfflineTranscriber:
 
     def _finish(self, pending: _Pending) -> Transcription:
         windows = [
-            decoded_window(self.loaded.tokenizer, i, self.window, pending.duration_s, pending.tokens[i],
-                           pending.languages[i])
-            for i in range(pending.num_windows)
+            decoded_span(self.loaded.tokenizer, i, start, end, pending.tokens[i], pending.languages[i])
+            for i, (start, end) in enumerate(pending.spans)
         ]
         return assemble(pending.source, pending.duration_s, windows)

@@ -35,6 +35,20 @@ def decoded_window(tokenizer, index: int, window_samples: int, duration_s: float
     )
 
 
+def decoded_span(tokenizer, index: int, start_sample: int, end_sample: int, token_ids: list[int],
+                 language: str | None) -> DecodedWindow:
+    """Window ``index`` covering samples ``[start_sample, end_sample)`` of its input, with its decoded tokens."""
+    return DecodedWindow(
+        index=index,
+        start_sample=start_sample,
+        start_s=start_sample / SAMPLE_RATE,
+        end_s=end_sample / SAMPLE_RATE,
+        token_ids=list(token_ids),
+        text=tokenizer.decode(token_ids),
+        language=language,
+    )
+
+
 def assemble(source: str, duration_s: float, windows: list[DecodedWindow]) -> Transcription:
     """The same result ``oasr.transcribe`` gives: texts joined and stripped, one segment per non-empty window."""
     segments = [Segment(start=w.start_s, end=w.end_s, text=w.text.strip()) for w in windows if w.text.strip()]
