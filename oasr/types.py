@@ -34,12 +34,24 @@ class DecodeOptions:
 
 
 @dataclass(frozen=True)
+class Word:
+    """One word and when it was spoken (seconds from the input's start), from cross-attention alignment.
+    ``word`` keeps its leading space and any punctuation merged into it, as Whisper's word timestamps do."""
+
+    word: str
+    start: float
+    end: float
+    probability: float
+
+
+@dataclass(frozen=True)
 class Segment:
     """A span of the input with its text. Today one per 30 s decoding window; timestamp decoding refines these."""
 
     start: float
     end: float
     text: str
+    words: tuple[Word, ...] = ()
 
 
 @dataclass
