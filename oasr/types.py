@@ -15,6 +15,7 @@ class TranscribeOptions:
     language: str | None = None
     task: Task = "transcribe"
     batch_size: int = 16
+    word_timestamps: bool = False  # fill ``Segment.words`` (Whisper checkpoints; costs one more encoder pass)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -86,7 +86,9 @@ class WordComparison:
 
     def add(self, ours: list, theirs: list[dict], tolerance: float) -> None:
         if [w.word for w in ours] != [w["word"] for w in theirs]:
+            # Counted as misses: a word we do not give has no time within the tolerance.
             self.text_mismatches.append(("".join(w.word for w in ours), "".join(w["word"] for w in theirs)))
+            self.num_words += len(theirs)
             return
         for a, b in zip(ours, theirs):
             error = max(abs(a.start - b["start"]), abs(a.end - b["end"]))
@@ -128,7 +130,10 @@ def compare_word_timestamps(loaded, reference, audio: np.ndarray, comparisons: d
                             tolerance: float = 0.1) -> None:
     """Runs openai-whisper's transcribe (temperature 0, no fallback, word timestamps) and aligns every window's
     tokens with OASR, once on openai-whisper's own features ("same_features") and once on OASR's features of
-    the window's audio ("own_features"); adds both to ``comparisons``."""
+    the window's audio ("own_features"); adds both to ``comparisons``.
+
+    Without timestamps, transcribe goes on from the last word's end and decodes the rest of a short clip again
+    (mostly silence, where attention means little); only the first window, the one OASR decodes, is compared."""
     import whisper
     from whisper.audio import N_FRAMES, log_mel_spectrogram, pad_or_trim
 
@@ -144,6 +149,8 @@ def compare_word_timestamps(loaded, reference, audio: np.ndarray, comparisons: d
         windows.setdefault(segment["seek"], []).append(segment)
     last = {"same_features": 0.0, "own_features": 0.0}
     for seek, segments in sorted(windows.items()):
+        if not timestamps and seek > 0:
+            break
         if any(not s["tokens"] for s in segments):
             continue  # transcribe emptied a zero-length segment: its tokens are gone, the window can't be rebuilt
         num_frames = min(N_FRAMES, content_frames - seek)

@@ -59,3 +59,5 @@ def test_options_the_model_cannot_serve_are_refused(model_dir: Path) -> None:
         oasr.transcribe(JFK, loaded, language="en")
     with pytest.raises(UnsupportedOptionError, match="translate"):
         oasr.transcribe(JFK, loaded, task="translate")
+    with pytest.raises(UnsupportedOptionError, match="word timestamps"):
+        oasr.transcribe(JFK, loaded, word_timestamps=True)

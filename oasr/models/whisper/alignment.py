@@ -104,6 +104,7 @@ def word_timings(
     return [[w for segment in row for w in segment.words] for row in segments]
 
 
+@torch.inference_mode()
 def align_words(
     model,
     tokenizer: WhisperTokenizer,
