@@ -69,6 +69,15 @@ def test_dtw_steps_are_the_same_in_torch_and_numpy() -> None:
     np.testing.assert_array_equal(in_torch.numpy(), in_numpy)
 
 
+@pytest.mark.gpu
+def test_dtw_on_the_gpu_equals_dtw_on_cpu() -> None:
+    costs = [tied_costs(30, 400, seed) for seed in range(3)] + [torch.randn(50, 1500)]
+    on_gpu = dtw([c.cuda() for c in costs])
+    for (rows, cols), (ref_rows, ref_cols) in zip(on_gpu, dtw(costs), strict=True):
+        np.testing.assert_array_equal(rows, ref_rows)
+        np.testing.assert_array_equal(cols, ref_cols)
+
+
 def test_median_filter_equals_openai_whisper() -> None:
     from whisper.timing import median_filter as reference
 
