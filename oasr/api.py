@@ -44,10 +44,12 @@ def transcribe(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     skip_errors: bool = False,
+    word_timestamps: bool = False,
 ) -> list[Transcription]:
     """Transcribes audio files, bytes or 16 kHz float arrays. Raises ``AudioDecodeError`` on the first input that
-    cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``)."""
-    options = TranscribeOptions(language=language, task=task, batch_size=batch_size)
+    cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``). ``word_timestamps``
+    fills each segment's ``words`` (Whisper checkpoints)."""
+    options = TranscribeOptions(language=language, task=task, batch_size=batch_size, word_timestamps=word_timestamps)
     results = []
     for result in iter_transcribe(inputs, model, options=options, device=device, dtype=dtype):
         if result.error and not skip_errors:

@@ -16,6 +16,7 @@ class TranscribeOptions:
     task: Task = "transcribe"
     batch_size: int = 16
     vad: str | None = None  # a registered VAD detector (oasr.vad): long audio is cut at its silences, not every 30 s
+    word_timestamps: bool = False  # fill ``Segment.words`` (Whisper checkpoints; costs one more encoder pass)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -40,12 +41,24 @@ class DecodeOptions:
 
 
 @dataclass(frozen=True)
+class Word:
+    """One word and when it was spoken (seconds from the input's start), from cross-attention alignment.
+    ``word`` keeps its leading space and any punctuation merged into it, as Whisper's word timestamps do."""
+
+    word: str
+    start: float
+    end: float
+    probability: float
+
+
+@dataclass(frozen=True)
 class Segment:
     """A span of the input with its text. Today one per 30 s decoding window; timestamp decoding refines these."""
 
     start: float
     end: float
     text: str
+    words: tuple[Word, ...] = ()
 
 
 @dataclass

@@ -43,7 +43,7 @@ def main() -> None:
         torch.cuda.synchronize()
         marks["features"] = time.perf_counter() - t0
         t1 = time.perf_counter()
-        enc = runner.model.encode(feats)
+        runner.model.encode(feats)
         torch.cuda.synchronize()
         marks["encoder"] = time.perf_counter() - t1
         t2 = time.perf_counter()

@@ -59,6 +59,8 @@ def test_options_the_model_cannot_serve_are_refused(model_dir: Path) -> None:
         oasr.transcribe(JFK, loaded, language="en")
     with pytest.raises(UnsupportedOptionError, match="translate"):
         oasr.transcribe(JFK, loaded, task="translate")
+    with pytest.raises(UnsupportedOptionError, match="word timestamps"):
+        oasr.transcribe(JFK, loaded, word_timestamps=True)
 
 
 def test_offline_feeding_encodes_similar_lengths_together(model_dir: Path) -> None:

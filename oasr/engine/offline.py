@@ -19,8 +19,8 @@ import numpy as np
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.results import assemble, decoded_span
-from oasr.errors import AudioDecodeError
+from oasr.engine.results import DecodedWindow, assemble, decoded_span
+from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
 
@@ -39,6 +39,7 @@ class _Pending:
     spans: list[Span]
     tokens: dict[int, list[int]] = field(default_factory=dict)
     languages: dict[int, str | None] = field(default_factory=dict)
+    audio: list[np.ndarray] = field(default_factory=list)  # the windows' samples, kept only for word timestamps
 
     @property
     def done(self) -> bool:
@@ -85,6 +86,8 @@ def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = No
 
 class OfflineTranscriber:
     def __init__(self, loaded: LoadedModel, options: TranscribeOptions, config: EngineConfig | None = None) -> None:
+        if options.word_timestamps and not getattr(type(loaded.model), "supports_word_timestamps", False):
+            raise UnsupportedOptionError(f"{loaded.name} ({loaded.architecture}) cannot give word timestamps")
         self.loaded = loaded
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))
@@ -114,6 +117,8 @@ class OfflineTranscriber:
                     order.append(Transcription(source=name, text="", language=None, duration_s=0.0, error=str(samples)))
                     continue
                 pending = _Pending(name, audio_duration(samples, SAMPLE_RATE), spans)
+                if self.options.word_timestamps:
+                    pending.audio = [samples[start:end] for start, end in spans]
                 order.append(pending)
                 for w, (start, end) in enumerate(spans):
                     request_id = f"{index}/{w}"
@@ -157,4 +162,23 @@ class OfflineTranscriber:
             decoded_span(self.loaded.tokenizer, i, start, end, pending.tokens[i], pending.languages[i])
             for i, (start, end) in enumerate(pending.spans)
         ]
+        if self.options.word_timestamps:
+            windows = self._with_words(windows, pending.audio)
         return assemble(pending.source, pending.duration_s, windows)
+
+    def _with_words(self, windows: list[DecodedWindow], audio: list[np.ndarray]) -> list[DecodedWindow]:
+        """Aligns each window's tokens to its audio (all windows of the input batched; each window's encoder
+        output is computed again, as the engine has freed it by now)."""
+        from oasr.models.whisper.alignment import AlignmentRow, frames_of, word_timings
+
+        max_frames = self.loaded.features.config.n_frames
+        rows = [
+            AlignmentRow(
+                tuple(w.token_ids), frames_of(len(samples), max_frames), language=w.language, task=self.options.task,
+                time_offset=w.start_s, last_speech_end=0.0 if i == 0 else None,
+            )
+            for i, (w, samples) in enumerate(zip(windows, audio, strict=True))
+        ]
+        features = self.loaded.features(audio, device=self.loaded.device)
+        words = word_timings(self.loaded.model, self.loaded.tokenizer, rows, features=features)
+        return [replace(w, words=tuple(ws)) for w, ws in zip(windows, words, strict=True)]

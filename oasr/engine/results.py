@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oasr.audio import SAMPLE_RATE
-from oasr.types import Segment, Transcription
+from oasr.types import Segment, Transcription, Word
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class DecodedWindow:
     token_ids: list[int]
     text: str  # as decoded, leading space included (Whisper's segments keep it)
     language: str | None
+    words: tuple[Word, ...] = ()  # only when word timestamps were asked for
 
 
 
@@ -51,7 +52,9 @@ def decoded_span(tokenizer, index: int, start_sample: int, end_sample: int, toke
 
 def assemble(source: str, duration_s: float, windows: list[DecodedWindow]) -> Transcription:
     """The same result ``oasr.transcribe`` gives: texts joined and stripped, one segment per non-empty window."""
-    segments = [Segment(start=w.start_s, end=w.end_s, text=w.text.strip()) for w in windows if w.text.strip()]
+    segments = [
+        Segment(start=w.start_s, end=w.end_s, text=w.text.strip(), words=w.words) for w in windows if w.text.strip()
+    ]
     return Transcription(
         source=source,
         text="".join(w.text for w in windows).strip(),

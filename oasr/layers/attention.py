@@ -66,6 +66,14 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
 
+    def head_scores(self, x: torch.Tensor, k: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """Pre-softmax attention logits of a few heads, which SDPA never returns (word alignment reads them).
+        x: [B, Tq, E] queries; k: [B, H, Tk, D]; heads: long [h] -> float32 [B, h, Tq, Tk]."""
+        q = self.split_heads(self.q_proj(x)).index_select(1, heads)
+        # Both sides scaled by D^-1/4, as openai-whisper does, so fp16 products stay in range.
+        scale = self.head_dim**-0.25
+        return ((q * scale) @ (k.index_select(1, heads) * scale).transpose(-1, -2)).float()
+
     def forward(self, x: torch.Tensor, *, is_causal: bool = False) -> torch.Tensor:
         """Self-attention without a cache. x: [B, T, E] -> [B, T, E]."""
         k, v = self.project_kv(x)

@@ -16,8 +16,19 @@ from tokenizers import Tokenizer
 from oasr.errors import CheckpointError, UnsupportedOptionError
 from oasr.tokenizers import TOKENIZERS
 
+_TIMESTAMP_STEP_S = 0.02
 _LANGUAGE_TOKEN = re.compile(r"^<\|([a-z]{2,3}|haw|yue)\|>$")
 _TASKS = ("transcribe", "translate")
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE alphabet (GPT-2's): printable bytes stand for themselves, the other bytes are shifted
+    to code points 256 and up so that every token is printable. Maps each character back to its byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    shifted = (b for b in range(256) if b not in chars)
+    chars.update({b: chr(256 + n) for n, b in enumerate(shifted)})
+    return {c: b for b, c in chars.items()}
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,7 @@ class WhisperTokenizer:
             raise CheckpointError(f"tokenizer file not found: {self.path}")
         self._tok = Tokenizer.from_file(str(self.path))
         self.special = self._resolve_special()
+        self._char_bytes = _byte_level_alphabet()
 
     def _id(self, content: str) -> int:
         token_id = self._tok.token_to_id(content)
@@ -100,6 +112,18 @@ class WhisperTokenizer:
         """Ids -> text; special and timestamp tokens (every id >= ``<|endoftext|>``) are dropped."""
         eot = self.special.eot
         return self._tok.decode([t for t in token_ids if t < eot], skip_special_tokens=False)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes one token stands for, which may be part of a UTF-8 character; special tokens give their
+        ``<|...|>`` name and timestamp tokens ``<|1.08|>``, as openai-whisper's ``decode_with_timestamps`` does."""
+        if token_id >= self.special.timestamp_begin:
+            return f"<|{(token_id - self.special.timestamp_begin) * _TIMESTAMP_STEP_S:.2f}|>".encode()
+        piece = self._tok.id_to_token(token_id)
+        if piece is None:
+            raise ValueError(f"token id {token_id} is not in {self.path.name}")
+        if token_id >= self.special.eot:
+            return piece.encode()
+        return bytes(self._char_bytes[c] for c in piece)
 
     @property
     def vocab_size(self) -> int:

@@ -28,6 +28,8 @@ class WhisperConfig:
     # Generation defaults that belong to the checkpoint (from generation_config.json or CTranslate2's config).
     suppress_tokens: tuple[int, ...] = ()
     begin_suppress_tokens: tuple[int, ...] = ()
+    # (decoder layer, head) pairs whose cross-attention follows the audio in time (word timestamps); empty when
+    # the checkpoint names none, and then ``word_alignment_heads`` falls back to openai-whisper's default.
     alignment_heads: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
@@ -36,6 +38,21 @@ class WhisperConfig:
         for name in ("vocab_size", "num_mel_bins", "d_model", "max_source_positions", "max_target_positions"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"WhisperConfig.{name} must be positive")
+        for layer, head in self.alignment_heads:
+            if not (0 <= layer < self.decoder_layers and 0 <= head < self.decoder_attention_heads):
+                raise ValueError(
+                    f"alignment head ({layer}, {head}) is outside the decoder's "
+                    f"{self.decoder_layers} layers x {self.decoder_attention_heads} heads"
+                )
+
+    @property
+    def word_alignment_heads(self) -> tuple[tuple[int, int], ...]:
+        """The heads word timestamps read: the checkpoint's own, else every head of the later half of the decoder
+        layers (openai-whisper's default when a model's heads are not known)."""
+        if self.alignment_heads:
+            return self.alignment_heads
+        later = range(self.decoder_layers // 2, self.decoder_layers)
+        return tuple((layer, head) for layer in later for head in range(self.decoder_attention_heads))
 
     @property
     def is_multilingual(self) -> bool:

@@ -1,7 +1,8 @@
 """Whisper, module for module in the Hugging Face key layout (``model.encoder.layers.0.self_attn.q_proj`` ...).
 
 The decoder attends through a ``SelfAttentionCache`` (the engine's paged pool, or none for teacher forcing);
-cross-attention K/V are computed once per request by ``cross_kv``.
+cross-attention K/V are computed once per request by ``cross_kv``. An optional ``CrossAttentionProbe`` collects
+the cross-attention logits of chosen heads (word alignment); without one the decoder runs on SDPA alone.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from torch import nn
 from oasr.layers import GELU, Conv1d, Embedding, LayerNorm, Linear, MultiHeadAttention
 from oasr.layers.cache import FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
+from oasr.models.whisper.alignment_probe import CrossAttentionProbe
 from oasr.models.whisper.config import WhisperConfig, tiny_whisper_config
 
 
@@ -69,13 +71,22 @@ class WhisperDecoderLayer(nn.Module):
         self.act = GELU()
 
     def forward(
-        self, x: torch.Tensor, cache: SelfAttentionCache, index: int, cross_k: torch.Tensor, cross_v: torch.Tensor
+        self,
+        x: torch.Tensor,
+        cache: SelfAttentionCache,
+        index: int,
+        cross_k: torch.Tensor,
+        cross_v: torch.Tensor,
+        probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
         """x: [B, T, D]; cross_k/v: [B, H, S, D] of this layer -> [B, T, D]."""
         h = self.self_attn_layer_norm(x)
         ctx = cache.update(index, *self.self_attn.project_kv(h))
         x = x + self.self_attn.attend(h, ctx.k, ctx.v, mask=ctx.mask, is_causal=ctx.is_causal)
-        x = x + self.encoder_attn.attend(self.encoder_attn_layer_norm(x), cross_k, cross_v)
+        h = self.encoder_attn_layer_norm(x)
+        if probe is not None:
+            probe.observe(index, self.encoder_attn, h, cross_k)
+        x = x + self.encoder_attn.attend(h, cross_k, cross_v)
         return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
 
 
@@ -95,11 +106,12 @@ class WhisperDecoder(nn.Module):
         cache: SelfAttentionCache,
         cross_k: torch.Tensor,
         cross_v: torch.Tensor,
+        probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
         """tokens, positions: [B, T]; cross_k/v: [layers, B, H, S, D] -> hidden states [B, T, d_model]."""
         x = self.embed_tokens(tokens) + self.embed_positions(positions)
         for index, layer in enumerate(self.layers):
-            x = layer(x, cache, index, cross_k[index], cross_v[index])
+            x = layer(x, cache, index, cross_k[index], cross_v[index], probe)
         return self.layer_norm(x)
 
 
@@ -119,6 +131,7 @@ class WhisperForConditionalGeneration(nn.Module):
     tokenizer = "whisper_hf_json"
     decode_family = "aed"
     default_decode_strategy = "aed_greedy"
+    supports_word_timestamps = True  # oasr.models.whisper.alignment
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
 
@@ -158,9 +171,11 @@ class WhisperForConditionalGeneration(nn.Module):
         cache: SelfAttentionCache,
         cross_k: torch.Tensor,
         cross_v: torch.Tensor,
+        probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
-        """tokens, positions: [B, T] -> logits [B, T, vocab] (float32)."""
-        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v)).float()
+        """tokens, positions: [B, T] -> logits [B, T, vocab] (float32). ``probe`` (opt-in) records the
+        cross-attention logits of its heads on the way."""
+        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v, probe)).float()
 
     def forward(self, features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, vocab] for a whole token prefix (tests, scoring)."""
