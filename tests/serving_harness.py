@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import socket
 import threading
 import time
@@ -24,8 +25,12 @@ SMALL_ENGINE = EngineConfig(cache=CacheConfig(memory_budget_bytes=256 << 20))
 WAIT_S = 120  # generous: the 2 CPU cores are shared with other test runs; only a hang should hit this
 
 
-def small_engine(model: str, mode: str = "process", **kwargs) -> EngineClient:
-    """``model`` on CPU in fp32 with a small KV budget; by default in an engine-core process, as served."""
+def small_engine(model: str, mode: str | None = None, **kwargs) -> EngineClient:
+    """``model`` on CPU in fp32 with a small KV budget; by default in an engine-core process, as served
+    (``OASR_TEST_ENGINE_MODE=thread`` runs the server suites against the in-process engine thread instead)."""
+    mode = mode or os.environ.get("OASR_TEST_ENGINE_MODE", "process")
+    if mode == "process":  # the test machine's few cores are shared with the test process and other runs
+        kwargs.setdefault("cpu_threads", 1)
     return start_engine(model, mode=mode, device="cpu", dtype="float32", config=SMALL_ENGINE, **kwargs)
 
 

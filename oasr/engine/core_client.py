@@ -117,6 +117,11 @@ class EngineCoreClient:
         return self._error is None and self._process.is_alive()
 
     @property
+    def pid(self) -> int | None:
+        """The engine core's process id."""
+        return self._process.pid
+
+    @property
     def num_in_flight(self) -> int:
         return len(self._streams)
 

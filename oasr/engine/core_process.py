@@ -157,7 +157,12 @@ def run_engine_core(spec: EngineCoreSpec, input_address: str, output_address: st
 
 
 def _build_engine(spec: EngineCoreSpec) -> ASREngine:
+    import torch
+
     from oasr.models.loader import from_pretrained
+
+    if spec.cpu_threads is not None:
+        torch.set_num_threads(spec.cpu_threads)
 
     loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype)
     return ASREngine(loaded, spec.config)

@@ -33,6 +33,9 @@ class EngineCoreSpec:
     dtype: str | None = None
     config: EngineConfig | None = None
     log_level: int = logging.WARNING
+    # torch's CPU threads in the core (None: torch's default). One suits a CPU shared with other work: a
+    # multi-threaded step whose threads wait at barriers for a descheduled sibling runs several times slower.
+    cpu_threads: int | None = None
 
 
 @dataclass(frozen=True)

@@ -79,15 +79,17 @@ ENGINE_MODES = ("process", "thread")
 
 
 def start_engine(model: str, *, mode: str = "process", device: str = "auto", dtype: str | None = None,
-                 config: EngineConfig | None = None, max_waiting: int = 1024) -> EngineClient:
+                 config: EngineConfig | None = None, max_waiting: int = 1024,
+                 cpu_threads: int | None = None) -> EngineClient:
     """The engine behind the server: in a process of its own (``process``: nothing the HTTP side does competes
-    with its step loop for the interpreter lock), or on a thread of this process (``thread``)."""
+    with its step loop for the interpreter lock), or on a thread of this process (``thread``).
+    ``cpu_threads`` sets torch's CPU threads in a core process."""
     if mode == "process":
         from oasr.engine.core_client import EngineCoreClient
         from oasr.engine.core_protocol import EngineCoreSpec
 
         level = logging.getLogger().getEffectiveLevel()
-        return EngineCoreClient(EngineCoreSpec(model, device, dtype, config, level), max_waiting=max_waiting)
+        return EngineCoreClient(EngineCoreSpec(model, device, dtype, config, level, cpu_threads), max_waiting=max_waiting)
     if mode == "thread":
         from oasr.engine.async_engine import AsyncEngine
         from oasr.models.loader import from_pretrained

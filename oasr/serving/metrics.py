@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oasr.engine.batch_stats import BatchSizeCounts
@@ -74,7 +75,7 @@ class _EngineCollector(Collector):
 
 
 def _histogram(name: str, documentation: str, counts: BatchSizeCounts) -> HistogramMetricFamily:
-    buckets = [(str(bound), count) for bound, count in zip(counts.bounds, counts.cumulative, strict=True)]
+    buckets = [(floatToGoString(bound), count) for bound, count in zip(counts.bounds, counts.cumulative, strict=True)]
     return HistogramMetricFamily(name, documentation, buckets=[*buckets, ("+Inf", counts.num_steps)],
                                  sum_value=counts.num_rows)
 
