@@ -139,8 +139,8 @@ class EngineCoreClient:
                 self._raise_if_dead()
                 call_id = next(self._ids)
                 self._checks[call_id] = (asyncio.get_running_loop(), future)
-            self._send(CheckOptions(call_id, options))
             try:
+                self._send(CheckOptions(call_id, options))
                 error = await future
             finally:
                 with self._lock:
