@@ -54,6 +54,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="a request still unfinished after this many seconds is aborted with 504")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
+    p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
+                   help="run the engine in a process of its own (default) or on a thread of the server's process")
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -117,7 +119,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
     serve(args.model, settings, host=args.host, port=args.port, device=args.device,
-          dtype=None if args.dtype == "auto" else args.dtype)
+          dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode)
     return 0
 
 

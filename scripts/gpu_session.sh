@@ -14,3 +14,5 @@ run python3 -m oasr.cli bench --random-weights --arch whisper-large-v3 --fixed-o
   --max-num-seqs 64 --peer transformers --peer-batch-sizes 64 --memory-gib 24 --device cuda --json \
   ${OASR_MULTILINGUAL_TOKENIZER:+--tokenizer "$OASR_MULTILINGUAL_TOKENIZER"} 2>"$out/bench_large_v3.err" | tee "$out/bench_large_v3.json"
 tail -5 "$out/bench_large_v3.err"
+run python3 -m oasr.bench.serve_load --model tiny.en --manifest "$manifest" --concurrency 1 8 32 64 \
+  --engine-mode process thread 2>&1 | tee "$out/serve_load.log"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import socket
 import threading
 import time
@@ -16,16 +17,21 @@ import soundfile as sf
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from oasr.engine.async_engine import AsyncEngine
 from oasr.engine.config import CacheConfig, EngineConfig
-from oasr.models.loader import LoadedModel
+from oasr.serving.app import start_engine
+from oasr.serving.engine_client import EngineClient
 
 SMALL_ENGINE = EngineConfig(cache=CacheConfig(memory_budget_bytes=256 << 20))
 WAIT_S = 120  # generous: the 2 CPU cores are shared with other test runs; only a hang should hit this
 
 
-def small_engine(loaded: LoadedModel, **kwargs) -> AsyncEngine:
-    return AsyncEngine(loaded, SMALL_ENGINE, **kwargs)
+def small_engine(model: str, mode: str | None = None, **kwargs) -> EngineClient:
+    """``model`` on CPU in fp32 with a small KV budget; by default in an engine-core process, as served
+    (``OASR_TEST_ENGINE_MODE=thread`` runs the server suites against the in-process engine thread instead)."""
+    mode = mode or os.environ.get("OASR_TEST_ENGINE_MODE", "process")
+    if mode == "process":  # the test machine's few cores are shared with the test process and other runs
+        kwargs.setdefault("cpu_threads", 1)
+    return start_engine(model, mode=mode, device="cpu", dtype="float32", config=SMALL_ENGINE, **kwargs)
 
 
 @contextlib.contextmanager
@@ -81,16 +87,20 @@ def wav_bytes(samples: np.ndarray, sample_rate: int = 16_000) -> bytes:
 class _WrappedEngine:
     """Passes everything but ``generate`` through to the real engine."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: EngineClient) -> None:
         self._engine = engine
-        self.loaded = engine.loaded
+        self.tokenizer = engine.tokenizer
 
     @property
     def window_samples(self) -> int:
         return self._engine.window_samples
 
-    def check(self, options) -> None:
-        self._engine.check(options)
+    @property
+    def alive(self) -> bool:
+        return self._engine.alive
+
+    async def check(self, options) -> None:
+        await self._engine.check(options)
 
     def stats(self):
         return self._engine.stats()
@@ -101,17 +111,17 @@ class SlowEngine(_WrappedEngine):
     then), so a request is surely still running when a test acts on it. Counts how each window's output
     iterator ended: finished, or closed early (which is what aborts the engine request)."""
 
-    def __init__(self, engine: AsyncEngine, min_new_tokens: int = 400) -> None:
+    def __init__(self, engine: EngineClient, min_new_tokens: int = 400) -> None:
         super().__init__(engine)
         self.min_new_tokens = min_new_tokens
         self.num_finished = 0
         self.num_closed_early = 0
 
-    async def generate(self, audio, options) -> AsyncIterator:
+    async def generate(self, audio, options, *, partial: bool = True) -> AsyncIterator:
         finished = False
         try:
             slow = replace(options, min_new_tokens=self.min_new_tokens)
-            async with contextlib.aclosing(self._engine.generate(audio, slow)) as outputs:
+            async with contextlib.aclosing(self._engine.generate(audio, slow, partial=partial)) as outputs:
                 async for output in outputs:
                     finished = output.finished
                     yield output
@@ -123,18 +133,19 @@ class SlowEngine(_WrappedEngine):
 
 
 class BrokenEngine(_WrappedEngine):
-    """The real engine, failing with ``error`` after ``after`` outputs of each window (a server-side fault)."""
+    """The real engine, failing with ``error`` after ``after`` outputs of each window, or at its last output
+    if that comes first (a server-side fault)."""
 
-    def __init__(self, engine: AsyncEngine, error: Exception, after: int) -> None:
+    def __init__(self, engine: EngineClient, error: Exception, after: int) -> None:
         super().__init__(engine)
         self.error = error
         self.after = after
 
-    async def generate(self, audio, options) -> AsyncIterator:
-        async with contextlib.aclosing(self._engine.generate(audio, options)) as outputs:
+    async def generate(self, audio, options, *, partial: bool = True) -> AsyncIterator:
+        async with contextlib.aclosing(self._engine.generate(audio, options, partial=partial)) as outputs:
             num_outputs = 0
             async for output in outputs:
-                if num_outputs == self.after:
+                if num_outputs == self.after or output.finished:
                     raise self.error
                 num_outputs += 1
                 yield output

@@ -28,8 +28,8 @@ MAX_AUDIO_S = 40
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_en):
-    engine = small_engine(tiny_en)
+def engine():
+    engine = small_engine("tiny.en")
     yield engine
     engine.shutdown()
 

@@ -38,8 +38,8 @@ JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_en):
-    engine = small_engine(tiny_en, max_waiting=1)  # one window in the engine at a time: its queue fills fast
+def engine():
+    engine = small_engine("tiny.en", max_waiting=1)  # one window in the engine at a time: its queue fills fast
     yield engine
     engine.shutdown()
 

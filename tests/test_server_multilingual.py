@@ -17,7 +17,7 @@ JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 
 @pytest.fixture(scope="module")
 def client(base_multilingual):
-    engine = small_engine(base_multilingual)
+    engine = small_engine("base")
     try:
         with running_server(build_app(engine, ServerSettings(served_model_name="base"))) as url:
             yield OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=WAIT_S)

@@ -1,7 +1,15 @@
-"""Load test for ``oasr serve``: concurrency levels against a real server process, then the offline engine on
-the same audio, so the cost of the HTTP path shows as a ratio.
+"""Load test for ``oasr serve`` against the offline engine on the same audio, so the cost of the HTTP path shows
+as a ratio. One command runs it all: for each engine mode, a real server process is started and loaded at each
+concurrency level (closed loop: every client sends its next request when the last one is answered); then the
+engine runs in-process on the same clips, 64 requests at a time (and all at once), with no HTTP in between.
 
-    python -m oasr.bench.serve_load --model tiny.en --manifest speech/manifest.jsonl --concurrency 1 8 32 64
+    python -m oasr.bench.serve_load --model tiny.en --manifest shared/data/speech/manifest.jsonl \\
+        --concurrency 1 8 32 64 --engine-mode process thread
+
+Clients run in several processes (``--client-processes``) so that the load generator is not what limits the
+server. Each level sends ``--requests-per-client`` requests per client (at least 64, at most ``--requests``);
+RTFx is the audio seconds answered over the level's wall time. Issue 4's target: the server at 64 concurrent
+clients within 15% of the offline engine's throughput at 64 concurrent (ratio >= 0.85).
 """
 
 from __future__ import annotations
@@ -13,61 +21,211 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 
+TARGET_RATIO = 0.85  # issue 4: within 15% of the offline engine at 64 concurrent
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+
+@dataclass(frozen=True)
+class Clip:
+    path: str  # absolute
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ClientShare:
+    """One client process's part of a level: its connections and the clip indices it sends, in order."""
+
+    url: str
+    model: str
+    clips: tuple[Clip, ...]
+    order: tuple[int, ...]
+    num_connections: int
+    start_at: float  # time.time() at which every client process starts sending
+
+
+@dataclass(frozen=True)
+class ShareResult:
+    latencies: tuple[float, ...]
+    audio_s: float
+    num_failures: int
+    first_failure: str | None
+    started: float
+    ended: float
+
+
+def _percentiles(values) -> dict[str, float | None]:
+    if len(values) == 0:
+        return {"p50": None, "p90": None, "p99": None}
     return {f"p{q}": round(float(np.percentile(values, q)), 4) for q in (50, 90, 99)}
 
 
-async def _load(url: str, files: list[tuple[str, bytes, float]], *, concurrency: int, requests: int, model: str):
+def _run_share(share: ClientShare) -> ShareResult:
+    """A client process: ``num_connections`` closed-loop clients on one event loop."""
+    return asyncio.run(_load_share(share))
+
+
+async def _load_share(share: ClientShare) -> ShareResult:
     import httpx
 
+    payloads = [(Path(c.path).name, Path(c.path).read_bytes(), c.duration_s) for c in share.clips]
+    todo = list(reversed(share.order))
     latencies: list[float] = []
-    failures = 0
-    audio_s = 0.0
-    queue: asyncio.Queue = asyncio.Queue()
-    for i in range(requests):
-        queue.put_nowait(files[i % len(files)])
+    audio_s, failures, first_failure = 0.0, 0, None
 
     async def client(http: httpx.AsyncClient) -> None:
-        nonlocal failures, audio_s
-        while not queue.empty():
-            name, data, seconds = queue.get_nowait()
+        nonlocal audio_s, failures, first_failure
+        while todo:
+            name, data, seconds = payloads[todo.pop()]
             start = time.perf_counter()
-            response = await http.post(f"{url}/v1/audio/transcriptions", files={"file": (name, data)},
-                                       data={"model": model, "response_format": "json"})
-            if response.status_code == 200:
+            try:
+                response = await http.post(f"{share.url}/v1/audio/transcriptions", files={"file": (name, data)},
+                                           data={"model": share.model, "response_format": "json"})
+                status, body = response.status_code, response.text
+            except httpx.HTTPError as exc:
+                status, body = None, repr(exc)
+            if status == 200:
                 latencies.append(time.perf_counter() - start)
                 audio_s += seconds
             else:
                 failures += 1
+                first_failure = first_failure or f"{status}: {body[:300]}"
 
-    async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=concurrency)) as http:
-        start = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(concurrency)))
-        wall = time.perf_counter() - start
-    return {"concurrency": concurrency, "requests": requests, "failures": failures, "wall_s": round(wall, 3),
-            "rtfx": round(audio_s / wall, 1), "latency_s": _percentiles(latencies)}
+    limits = httpx.Limits(max_connections=share.num_connections, max_keepalive_connections=share.num_connections)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        await asyncio.sleep(max(share.start_at - time.time(), 0.0))
+        started = time.time()
+        await asyncio.gather(*(client(http) for _ in range(share.num_connections)))
+        ended = time.time()
+    return ShareResult(tuple(latencies), audio_s, failures, first_failure, started, ended)
 
 
-def _wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 300) -> None:
+def run_level(pool: ProcessPoolExecutor, num_processes: int, url: str, model: str, clips: list[Clip], *,
+              concurrency: int, num_requests: int) -> dict:
+    processes = min(num_processes, concurrency)
+    connections = [concurrency // processes + (k < concurrency % processes) for k in range(processes)]
+    order = [i % len(clips) for i in range(num_requests)]
+    # Requests dealt out in proportion to connections, so every process keeps its clients busy to the end.
+    shares, start = [], 0
+    start_at = time.time() + 1.0
+    for k, num in enumerate(connections):
+        count = round(num_requests * sum(connections[: k + 1]) / concurrency) - start
+        shares.append(ClientShare(url, model, tuple(clips), tuple(order[start : start + count]), num, start_at))
+        start += count
+    results = list(pool.map(_run_share, shares))
+    wall = max(r.ended for r in results) - min(r.started for r in results)
+    latencies = [x for r in results for x in r.latencies]
+    audio_s = sum(r.audio_s for r in results)
+    failures = sum(r.num_failures for r in results)
+    row = {"concurrency": concurrency, "requests": num_requests, "failures": failures, "wall_s": round(wall, 3),
+           "rtfx": round(audio_s / wall, 1), "requests_per_s": round(len(latencies) / wall, 1),
+           "latency_s": _percentiles(latencies)}
+    first_failure = next((r.first_failure for r in results if r.first_failure), None)
+    if first_failure:
+        row["first_failure"] = first_failure
+    return row
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_cpu(pid: int) -> dict[str, float] | None:
+    """CPU seconds of the server (API) process and of its children together (the engine core, in process
+    mode): the bench reports them per level as cores kept busy, to show which side is saturated."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return {"api_process": _cpu_seconds(pid), "children": sum(_cpu_seconds(int(c)) for c in children)}
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 900) -> None:
     import httpx
 
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
+            raise RuntimeError(f"server exited with {process.returncode}; its log:\n{_tail(log_path)}")
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(1)
-    raise RuntimeError("server did not become healthy")
+    raise RuntimeError(f"server did not become healthy; its log:\n{_tail(log_path)}")
+
+
+def _tail(path: Path, num_chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-num_chars:] if path.exists() else ""
+
+
+def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: ProcessPoolExecutor) -> list[dict]:
+    url = f"http://127.0.0.1:{args.port}"
+    log_path = Path(tempfile.gettempdir()) / f"oasr-serve-load-{mode}.log"
+    command = [sys.executable, "-m", "oasr.cli", "serve", "--model", args.model, "--port", str(args.port),
+               "--device", args.device, "--max-queue", "4096", "--engine-mode", mode]
+    print(f"# server ({mode} engine): {' '.join(command[1:])}; log {log_path}", flush=True)
+    with log_path.open("w") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    rows = []
+    try:
+        _wait_healthy(url, server, log_path)
+        if args.warmup_requests:
+            run_level(pool, args.client_processes, url, args.model, clips, concurrency=64,
+                      num_requests=args.warmup_requests)
+        for concurrency in args.concurrency:
+            num_requests = min(args.requests, max(64, args.requests_per_client * concurrency))
+            before = _server_cpu(server.pid)
+            row = run_level(pool, args.client_processes, url, args.model, clips, concurrency=concurrency,
+                            num_requests=num_requests)
+            after = _server_cpu(server.pid)
+            if before and after:
+                row["cores_busy"] = {k: round((after[k] - before[k]) / row["wall_s"], 2) for k in before}
+            rows.append({"engine_mode": mode, **row})
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return rows
+
+
+def bench_offline(args: argparse.Namespace, clips: list[Clip], num_requests: int) -> dict[str, dict]:
+    """The engine in-process on the same clips (decoded before the clock starts)."""
+    from oasr.audio import load_audio
+    from oasr.bench.run import BenchItem, bench_oasr, engine_config
+    from oasr.models.loader import from_pretrained
+
+    loaded = from_pretrained(args.model, device=args.device)
+    audio = [load_audio(c.path) for c in clips]
+    items = [BenchItem(f"{i}", audio[i % len(clips)], None, None) for i in range(num_requests)]
+    out = {}
+    for label, slots in (("64_concurrent", 64), ("all_at_once", 256)):
+        result, _ = bench_oasr(loaded, items, engine_config(args.memory_gib, slots, True))
+        out[label] = {"rtfx": round(result.rtfx, 1), "wall_s": round(result.wall_seconds, 3),
+                      "requests_per_s": round(result.utterances_per_second, 1),
+                      "latency_s": {"p50": round(result.latency_p50, 4), "p90": round(result.latency_p90, 4),
+                                    "p99": round(result.latency_p99, 4)}}
+        print(json.dumps({"offline": label, **out[label]}), flush=True)
+    return out
+
+
+def read_clips(manifest: Path) -> list[Clip]:
+    rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    return [Clip(str((manifest.parent / r["audio"]).resolve()), r["duration_s"]) for r in rows
+            if r["duration_s"] <= 30 and "channel" not in r]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,53 +233,46 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--manifest", type=Path, required=True)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
-    parser.add_argument("--requests", type=int, default=512, help="requests per concurrency level")
+    parser.add_argument("--engine-mode", nargs="+", default=["process"], choices=("process", "thread"),
+                        help="server engine modes to load, one server after the other")
+    parser.add_argument("--requests", type=int, default=2048, help="most requests in one level")
+    parser.add_argument("--requests-per-client", type=int, default=32)
+    parser.add_argument("--client-processes", type=int, default=4)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--memory-gib", type=float, default=8.0, help="the offline engine's KV memory budget")
+    parser.add_argument("--warmup-requests", type=int, default=256, help="sent at concurrency 64 before measuring")
+    parser.add_argument("--skip-offline", action="store_true")
     args = parser.parse_args(argv)
-    rows = [json.loads(line) for line in args.manifest.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r["duration_s"] <= 30 and "channel" not in r]
-    files = [(Path(r["audio"]).name, (args.manifest.parent / r["audio"]).read_bytes(), r["duration_s"]) for r in rows]
-    url = f"http://127.0.0.1:{args.port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "oasr.cli", "serve", "--model", args.model, "--port", str(args.port),
-         "--device", args.device, "--max-queue", "1024"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy(),
-    )
-    results = []
-    try:
-        _wait_healthy(url, server)
-        asyncio.run(_load(url, files, concurrency=8, requests=64, model=args.model))  # warm-up
-        for concurrency in args.concurrency:
-            results.append(asyncio.run(_load(url, files, concurrency=concurrency, requests=args.requests,
-                                             model=args.model)))
-            print(json.dumps(results[-1]), flush=True)
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
-    offline = _offline(args, rows)
-    summary = {"server": results, "offline": offline}
-    top = next((r for r in results if r["concurrency"] == 64), results[-1])
-    summary["server_over_offline_at_64"] = {k: round(top["rtfx"] / v["rtfx"], 3) for k, v in offline.items()}
+    clips = read_clips(args.manifest)
+    with ProcessPoolExecutor(args.client_processes, mp_context=get_context("spawn")) as pool:
+        server = [row for mode in args.engine_mode for row in bench_server(args, mode, clips, pool)]
+    summary: dict = {"model": args.model, "clips": len(clips), "server": server}
+    if not args.skip_offline:
+        offline_requests = min(args.requests, max(64, args.requests_per_client * 64))
+        summary["offline"] = offline = bench_offline(args, clips, offline_requests)
+        reference = offline["64_concurrent"]["rtfx"]
+        summary["server_over_offline_64_concurrent"] = {
+            row["engine_mode"]: round(row["rtfx"] / reference, 3) for row in server if row["concurrency"] == 64}
+        summary["target_ratio"] = TARGET_RATIO
+        summary["meets_target"] = {m: r >= TARGET_RATIO for m, r in summary["server_over_offline_64_concurrent"].items()}
     print(json.dumps(summary, indent=2))
+    _print_table(summary)
 
 
-def _offline(args: argparse.Namespace, rows: list[dict]) -> dict[str, dict]:
-    """The engine in-process on the same clips (decoded untimed): all requests at once, and 64 at a time."""
-    from oasr.audio import load_audio
-    from oasr.bench.run import BenchItem, bench_oasr, engine_config
-    from oasr.models.loader import from_pretrained
-
-    loaded = from_pretrained(args.model, device=args.device)
-    clips = [BenchItem(r["id"], load_audio(args.manifest.parent / r["audio"]), r.get("text"), r.get("language"))
-             for r in rows]
-    items = [BenchItem(f"{clips[i % len(clips)].item_id}#{i}", clips[i % len(clips)].audio, None, None)
-             for i in range(args.requests)]
-    out = {}
-    for label, slots in (("all_at_once", 256), ("64_concurrent", 64)):
-        result, _ = bench_oasr(loaded, items, engine_config(8, slots, True))
-        out[label] = {"rtfx": round(result.rtfx, 1), "wall_s": round(result.wall_seconds, 3)}
-    return out
+def _print_table(summary: dict) -> None:
+    print(f"\n{'system':<22}{'conc':>6}{'RTFx':>10}{'req/s':>9}{'p50 s':>9}{'p90 s':>9}{'p99 s':>9}{'fail':>6}")
+    for row in summary["server"]:
+        lat = row["latency_s"]
+        print(f"{'server/' + row['engine_mode']:<22}{row['concurrency']:>6}{row['rtfx']:>10}{row['requests_per_s']:>9}"
+              f"{lat['p50']!s:>9}{lat['p90']!s:>9}{lat['p99']!s:>9}{row['failures']:>6}")
+    for label, row in summary.get("offline", {}).items():
+        lat = row["latency_s"]
+        print(f"{'offline/' + label:<22}{'':>6}{row['rtfx']:>10}{row['requests_per_s']:>9}"
+              f"{lat['p50']!s:>9}{lat['p90']!s:>9}{lat['p99']!s:>9}")
+    for mode, ratio in summary.get("server_over_offline_64_concurrent", {}).items():
+        verdict = "meets" if ratio >= TARGET_RATIO else "misses"
+        print(f"server/{mode} at 64 / offline at 64 = {ratio:.3f} ({verdict} the {TARGET_RATIO} target)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""``AsyncEngine``: the engine loop on its own thread, served to asyncio callers.
+"""``AsyncEngine``: the engine loop on its own thread, served to asyncio callers (``oasr serve --engine-mode
+thread``; the default runs the engine in a process of its own, ``oasr.engine.core_client``).
 
 The loop thread owns the ``ASREngine`` (nothing else touches it): it takes new requests and aborts from a
 queue, runs ``step()`` while there is work, and hands every output to the caller's event loop. Tensor work
@@ -36,12 +37,14 @@ class EngineDeadError(OASRError):
 class _Stream:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue
+    partial: bool = True
 
 
 class AsyncEngine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *, max_waiting: int = 1024) -> None:
         self.engine = ASREngine(loaded, config)
         self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
         self.max_waiting = max_waiting
         self._inbox: queue.Queue = queue.Queue()
         self._streams: dict[str, _Stream] = {}
@@ -55,9 +58,13 @@ class AsyncEngine:
 
     # ------------------------------------------------------------------ caller side (event loop)
 
-    def check(self, options: DecodeOptions) -> None:
+    async def check(self, options: DecodeOptions) -> None:
         """Raises ``UnsupportedOptionError`` for options the model cannot serve (before anything is queued)."""
         self.engine.runner.check(options)
+
+    @property
+    def alive(self) -> bool:
+        return self._error is None and self._thread.is_alive()
 
     @property
     def window_samples(self) -> int:
@@ -70,16 +77,17 @@ class AsyncEngine:
     def num_in_flight(self) -> int:
         return len(self._streams)
 
-    async def generate(self, audio: np.ndarray, options: DecodeOptions) -> AsyncIterator[RequestOutput]:
-        """Yields this request's outputs as its tokens arrive; the last one has ``finished=True``.
-        Leaving the iterator early (client gone, cancelled) aborts the request and frees its rows."""
+    async def generate(self, audio: np.ndarray, options: DecodeOptions, *,
+                       partial: bool = True) -> AsyncIterator[RequestOutput]:
+        """Yields this request's outputs as its tokens arrive (only the last, with ``finished=True``, unless
+        ``partial``). Leaving the iterator early (client gone, cancelled) aborts the request and frees its rows."""
         if self._error is not None:
             raise EngineDeadError(f"engine stopped: {self._error}")
         if len(self._streams) >= self.max_waiting:
             raise EngineOverloadedError(f"{len(self._streams)} requests in flight; try again later")
-        self.check(options)
+        self.engine.runner.check(options)
         request_id = f"async-{next(self._ids)}"
-        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), partial)
         with self._lock:
             self._streams[request_id] = stream
         self._inbox.put(("add", request_id, audio, options))
@@ -109,7 +117,7 @@ class AsyncEngine:
     def _deliver(self, request_id: str, item: RequestOutput | BaseException) -> None:
         with self._lock:
             stream = self._streams.get(request_id)
-        if stream is not None:
+        if stream is not None and (stream.partial or not isinstance(item, RequestOutput) or item.finished):
             stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
 
     def _handle(self, message: tuple) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from oasr.engine.aed_runner import AEDRunner
+from oasr.engine.batch_stats import BatchSizeCounter, BatchSizeCounts
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
 from oasr.engine.frame_runner import FrameSyncRunner
@@ -30,6 +31,8 @@ class EngineStats:
     kv_blocks_used: int
     kv_blocks_total: int
     num_slots: int
+    encode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's encode walk, since start
+    decode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's decode walk, since start
 
 
 class ASREngine:
@@ -51,6 +54,8 @@ class ASREngine:
         self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=eot, max_positions=self.runner.max_positions,
                                    incremental=self.runner.incremental)
         self._ids = itertools.count()
+        self.encode_batch_sizes = BatchSizeCounter(self.config.runner.batch_buckets)
+        self.decode_batch_sizes = BatchSizeCounter(self.config.runner.batch_buckets)
 
     def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None, request_id: str | None = None) -> str:
         """Queues one window of 16 kHz audio (at most the model's window); returns the request id."""
@@ -85,6 +90,8 @@ class ASREngine:
         out = self.scheduler.schedule()
         if out.is_empty:
             return []
+        self.encode_batch_sizes.observe(len(out.encode))
+        self.decode_batch_sizes.observe(len(out.decode))
         result = self.runner.execute(out, self.scheduler.requests)
         return self.scheduler.update(out, result)
 
@@ -95,6 +102,8 @@ class ASREngine:
             kv_blocks_used=self.pool.num_used if self.pool else 0,
             kv_blocks_total=self.pool.num_blocks - 1 if self.pool else 0,
             num_slots=self.runner.num_slots,
+            encode_batch_sizes=self.encode_batch_sizes.snapshot(),
+            decode_batch_sizes=self.decode_batch_sizes.snapshot(),
         )
 
     def run(self, items: Iterable[tuple[str, np.ndarray, DecodeOptions]]) -> Iterator[RequestOutput]:

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from oasr.engine.config import EngineConfig
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
@@ -74,18 +75,37 @@ def served_name(model: str) -> str:
     return path.name if path.is_dir() else model
 
 
+ENGINE_MODES = ("process", "thread")
+
+
+def start_engine(model: str, *, mode: str = "process", device: str = "auto", dtype: str | None = None,
+                 config: EngineConfig | None = None, max_waiting: int = 1024,
+                 cpu_threads: int | None = None) -> EngineClient:
+    """The engine behind the server: in a process of its own (``process``: nothing the HTTP side does competes
+    with its step loop for the interpreter lock), or on a thread of this process (``thread``).
+    ``cpu_threads`` sets torch's CPU threads in a core process."""
+    if mode == "process":
+        from oasr.engine.core_client import EngineCoreClient
+        from oasr.engine.core_protocol import EngineCoreSpec
+
+        level = logging.getLogger().getEffectiveLevel()
+        return EngineCoreClient(EngineCoreSpec(model, device, dtype, config, level, cpu_threads), max_waiting=max_waiting)
+    if mode == "thread":
+        from oasr.engine.async_engine import AsyncEngine
+        from oasr.models.loader import from_pretrained
+
+        return AsyncEngine(from_pretrained(model, device=device, dtype=dtype), config, max_waiting=max_waiting)
+    raise ValueError(f"unknown engine mode {mode!r}; choose one of {', '.join(ENGINE_MODES)}")
+
+
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
-          dtype: str | None = None) -> None:
-    """Loads ``model``, starts its engine thread and serves until interrupted."""
+          dtype: str | None = None, engine_mode: str = "process") -> None:
+    """Starts the engine for ``model`` and serves until interrupted; the engine stops with the server."""
     import uvicorn
 
-    from oasr.engine.async_engine import AsyncEngine
-    from oasr.models.loader import from_pretrained
-
-    loaded = from_pretrained(model, device=device, dtype=dtype)
-    engine = AsyncEngine(loaded)
+    engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
     try:
-        log.info("serving %s (%s) on http://%s:%d", settings.served_model_name, loaded.device, host, port)
+        log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port, engine_mode)
         uvicorn.run(build_app(engine, settings), host=host, port=port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
                     log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower())
     finally:

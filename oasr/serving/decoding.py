@@ -17,14 +17,16 @@ _REPLACEMENT = "\ufffd"  # what a byte-level BPE piece ending inside a UTF-8 cha
 
 class WindowedDecode:
     """Starts one engine request per window, all at once. Their outputs arrive interleaved on one queue, so a
-    failure in any window (the engine's queue full, say) is seen at once. ``cancel()`` closes every window's
+    failure in any window (the engine's queue full, say) is seen at once. Without ``partial`` only each window's
+    finished output comes (a response that is not streamed needs no more). ``cancel()`` closes every window's
     output iterator, which aborts its engine request and frees its rows; it is safe to call at any time."""
 
-    def __init__(self, engine: EngineClient, audio: np.ndarray, options: DecodeOptions) -> None:
+    def __init__(self, engine: EngineClient, audio: np.ndarray, options: DecodeOptions, *, partial: bool) -> None:
         self.windows = split_windows(audio, engine.window_samples)
         self._engine = engine
         self._events: asyncio.Queue[tuple[int, RequestOutput | Exception]] = asyncio.Queue()
         self._num_finished = 0
+        self._partial = partial
         self._tasks = [asyncio.create_task(self._pump(i, w, options)) for i, w in enumerate(self.windows)]
 
     @property
@@ -37,7 +39,7 @@ class WindowedDecode:
 
     async def _pump(self, index: int, audio: np.ndarray, options: DecodeOptions) -> None:
         try:
-            async with contextlib.aclosing(self._engine.generate(audio, options)) as outputs:
+            async with contextlib.aclosing(self._engine.generate(audio, options, partial=self._partial)) as outputs:
                 async for output in outputs:
                     self._events.put_nowait((index, output))
         except Exception as exc:  # handed to the reader, which decides what the client hears

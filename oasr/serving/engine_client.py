@@ -1,32 +1,38 @@
-"""The engine as the HTTP layer sees it. ``oasr.engine.async_engine.AsyncEngine`` is the implementation;
-tests may wrap it (to slow it down, count aborts) without the server knowing."""
+"""The engine as the HTTP layer sees it. Two implementations: ``oasr.engine.core_client.EngineCoreClient``
+(the engine in a process of its own, the default) and ``oasr.engine.async_engine.AsyncEngine`` (on a thread of
+the server's process). Tests may wrap either (to slow it down, count aborts) without the server knowing."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput
-from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
 
 class EngineClient(Protocol):
-    loaded: LoadedModel  # read-only: the tokenizer and the model's name come from here
+    tokenizer: Any  # read-only: the served model's tokenizer, which turns token ids into text
 
     @property
     def window_samples(self) -> int:
         """Samples in one decoding window (16 kHz); longer audio is cut into windows of this size."""
 
-    def check(self, options: DecodeOptions) -> None:
+    @property
+    def alive(self) -> bool:
+        """False once the engine has stopped (its loop failed, its process exited): nothing can be served."""
+
+    async def check(self, options: DecodeOptions) -> None:
         """Raises ``UnsupportedOptionError`` for options the model cannot serve."""
 
-    def generate(self, audio: np.ndarray, options: DecodeOptions) -> AsyncIterator[RequestOutput]:
-        """One window's outputs as tokens arrive (the last has ``finished=True``). Closing the iterator early
-        aborts the request and frees its rows. Raises ``EngineOverloadedError`` when the queue is full."""
+    def generate(self, audio: np.ndarray, options: DecodeOptions, *,
+                 partial: bool = True) -> AsyncIterator[RequestOutput]:
+        """One window's outputs: each new token with ``partial``, else only the last (``finished=True``).
+        Closing the iterator early aborts the request and frees its rows. Raises ``EngineOverloadedError``
+        when the queue is full, ``EngineDeadError`` when the engine has stopped."""
 
     def stats(self) -> EngineStats:
-        """A recent snapshot of the engine's queue and memory."""
+        """A recent snapshot of the engine's queue, memory and batch sizes."""

@@ -1,8 +1,8 @@
 """Prometheus metrics, on a registry of the app's own (two apps in one process never share counters).
 
 HTTP requests are counted by route and status in a small ASGI middleware; latencies and audio seconds are
-observed by the serving logic; engine numbers (queue, running rows, KV blocks) are read from
-``EngineClient.stats()`` when Prometheus scrapes, so nothing has to keep them in step.
+observed by the serving logic; engine numbers (queue, running rows, KV blocks, the batch sizes of its steps)
+are read from ``EngineClient.stats()`` when Prometheus scrapes, so nothing has to keep them in step.
 """
 
 from __future__ import annotations
@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from oasr.engine.batch_stats import BatchSizeCounts
 from oasr.serving.engine_client import EngineClient
 
 # Seconds: from well under a GPU step to a long file on a busy CPU.
@@ -64,6 +66,18 @@ class _EngineCollector(Collector):
         )
         for name, documentation, value in values:
             yield GaugeMetricFamily(name, documentation, value=value)
+        yield GaugeMetricFamily("oasr_engine_up", "1 while the engine runs, 0 once it has stopped",
+                                value=int(self._engine.alive))
+        yield _histogram("oasr_engine_encode_batch_size", "Requests encoded together, per engine step that encodes",
+                         stats.encode_batch_sizes)
+        yield _histogram("oasr_engine_decode_batch_size", "Requests decoded together, per engine step that decodes",
+                         stats.decode_batch_sizes)
+
+
+def _histogram(name: str, documentation: str, counts: BatchSizeCounts) -> HistogramMetricFamily:
+    buckets = [(floatToGoString(bound), count) for bound, count in zip(counts.bounds, counts.cumulative, strict=True)]
+    return HistogramMetricFamily(name, documentation, buckets=[*buckets, ("+Inf", counts.num_steps)],
+                                 sum_value=counts.num_rows)
 
 
 class MetricsMiddleware:

@@ -52,7 +52,7 @@ def build_router() -> APIRouter:
 
     @router.get("/health", summary="200 while the engine runs, 503 once it has stopped")
     async def health(request: Request) -> Response:
-        alive = serving(request).engine_alive
+        alive = serving(request).healthy
         return JSONResponse({"status": "ok" if alive else "engine_unavailable"}, status_code=200 if alive else 503)
 
     @router.get("/metrics", summary="Prometheus metrics")

@@ -122,10 +122,14 @@ class OpenAIServingTranscription:
     def __init__(self, engine: EngineClient, settings: ServerSettings) -> None:
         self.engine = engine
         self.settings = settings
-        self.tokenizer = engine.loaded.tokenizer
+        self.tokenizer = engine.tokenizer
         self.admission = Admission(settings.max_in_flight, settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
-        self.engine_alive = True  # false once the engine reported that its loop stopped
+        self.engine_alive = True  # false once a request found the engine stopped
+
+    @property
+    def healthy(self) -> bool:
+        return self.engine_alive and self.engine.alive
 
     # ------------------------------------------------------------------------------------ request flow
 
@@ -170,7 +174,7 @@ class OpenAIServingTranscription:
         if not self.settings.accepts_model(params.model):
             raise APIError(404, f"The model `{params.model[:_MAX_NAME_CHARS]}` does not exist; this server "
                            f"serves `{self.settings.served_model_name}`.", param="model", code="model_not_found")
-        options = self._decode_options(task, params)
+        options = await self._decode_options(task, params)
         source, audio = await self._decode_audio(upload)
         duration_s = audio_duration(audio)
         if duration_s > self.settings.max_audio_seconds:
@@ -178,7 +182,7 @@ class OpenAIServingTranscription:
                            f"{self.settings.max_audio_seconds:g} s.", param="file", code="audio_too_long")
         return TranscriptionJob(task, params, source, audio, duration_s, options, ticket, deadline)
 
-    def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
+    async def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
         """Refuses, saying why, every option this server would otherwise have to ignore."""
         if params.prompt:
             raise APIError(400, "'prompt' is not supported yet: the decoder does not take a text prompt.",
@@ -200,7 +204,7 @@ class OpenAIServingTranscription:
             language = params.language or None
         options = DecodeOptions(language=language, task=task)
         try:
-            self.engine.check(options)
+            await self.engine.check(options)
         except UnsupportedOptionError as exc:
             raise APIError(400, str(exc), param="language" if language else None,
                            code="unsupported_option") from None
@@ -217,26 +221,26 @@ class OpenAIServingTranscription:
     # ------------------------------------------------------------------------------------ decoding
 
     async def _collect(self, job: TranscriptionJob) -> TranscriptionResult:
-        decode = WindowedDecode(self.engine, job.audio, job.options)
+        decode = WindowedDecode(self.engine, job.audio, job.options, partial=False)
         finals: dict[int, RequestOutput] = {}
-        first = True
         try:
             while not decode.done:
                 index, output = await decode.next(job.deadline)
-                if first:
-                    self.metrics.first_token_seconds.observe(time.perf_counter() - job.ticket.admitted_at)
-                    first = False
-                if output.finished:
-                    finals[index] = output
-                    self._observe_window(output)
-            return self._result(job, finals)
+                finals[index] = output
+                self._observe_window(output)
         finally:
             decode.cancel()
+        # Only finished outputs came; the engine stamped each window's first token (perf_counter is one
+        # system-wide monotonic clock, so an engine process's stamps compare with ours).
+        first_tokens = [o.timings.first_token for o in finals.values() if o.timings.first_token is not None]
+        if first_tokens:
+            self.metrics.first_token_seconds.observe(max(min(first_tokens) - job.ticket.admitted_at, 0.0))
+        return self._result(job, finals)
 
     async def _stream(self, job: TranscriptionJob, client_gone: Callable[[], Awaitable[None]]) -> SSEResponse:
         """Waits for the first output before answering, so that a request the engine refuses gets its real
         status (429, 504) rather than a 200 stream carrying an error."""
-        decode = WindowedDecode(self.engine, job.audio, job.options)
+        decode = WindowedDecode(self.engine, job.audio, job.options, partial=True)
         try:
             first = await self._until_done_or_gone(decode.next(job.deadline), client_gone)
         except BaseException:
@@ -329,6 +333,8 @@ class OpenAIServingTranscription:
         if isinstance(exc, TimeoutError):
             return APIError(504, f"The request did not finish within {self.settings.request_timeout_s:g} s and "
                             "was aborted.", type="timeout_error", code="request_timeout")
+        if isinstance(exc, UnsupportedOptionError):  # the engine refused what ``check`` let through
+            return APIError(400, str(exc), code="unsupported_option")
         if isinstance(exc, EngineDeadError):
             self.engine_alive = False
             log.error("engine unavailable: %s", exc)

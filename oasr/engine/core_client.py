@@ -1,0 +1,332 @@
+"""``EngineCoreClient``: the engine client of the HTTP layer, backed by an engine core in its own process.
+
+It starts the core (``oasr.engine.core_process``) with multiprocessing's 'spawn' and talks to it over two
+ZeroMQ PUSH/PULL sockets on IPC paths in a private temporary directory. Callers on any asyncio event loop
+(tests run several servers on one client) send from their loop; one receiver thread reads the core's updates
+and hands each loop its outputs in one callback per update. When the core process exits, every waiting
+request fails at once with ``EngineDeadError`` and the client reports itself dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
+from oasr.engine.core_process import run_engine_core
+from oasr.engine.core_protocol import (
+    UNSUPPORTED_OPTION,
+    AbortRequests,
+    AddRequest,
+    CheckOptions,
+    CoreFailed,
+    CoreReady,
+    CoreUpdate,
+    EngineCoreSpec,
+    EngineInfo,
+    RequestFailed,
+    StopCore,
+    TokenDelta,
+    dumps,
+    loads,
+)
+from oasr.engine.engine import EngineStats
+from oasr.engine.request import RequestOutput, RequestTimings
+from oasr.errors import OASRError, UnsupportedOptionError
+from oasr.types import DecodeOptions
+
+log = logging.getLogger(__name__)
+RECEIVE_POLL_MS = 200  # the receiver thread looks this often whether the client is shutting down
+STOP_WAIT_S = 10.0  # a core asked to stop gets this long before it is terminated
+_CHECK_CACHE_SIZE = 256  # distinct option sets remembered (clients choose the language string)
+
+
+class EngineStartupError(OASRError):
+    """The engine core could not load its model or start its loop."""
+
+
+@dataclass
+class _Stream:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    token_ids: list[int] = field(default_factory=list)
+
+    def apply(self, delta: TokenDelta) -> RequestOutput:
+        offset = 0 if delta.finished else len(self.token_ids)  # a finished delta carries every token
+        self.token_ids[offset:] = delta.new_token_ids
+        return RequestOutput(delta.request_id, list(self.token_ids), delta.language, delta.finished,
+                             delta.finish_reason, delta.timings or RequestTimings(queued=0.0))
+
+
+class EngineCoreClient:
+    def __init__(self, spec: EngineCoreSpec, *, max_waiting: int = 1024, startup_timeout_s: float = 1800.0) -> None:
+        self.max_waiting = max_waiting
+        self._directory = tempfile.mkdtemp(prefix="oasr-core-")  # mode 0700: no other user reaches the sockets
+        self._context = zmq.Context()
+        self._to_core = self._context.socket(zmq.PUSH)
+        self._to_core.setsockopt(zmq.SNDHWM, 0)  # admission (max_waiting) bounds what is queued
+        self._to_core.setsockopt(zmq.LINGER, 0)
+        self._from_core = self._context.socket(zmq.PULL)
+        self._from_core.setsockopt(zmq.RCVHWM, 0)
+        self._from_core.setsockopt(zmq.LINGER, 0)
+        input_address, output_address = f"ipc://{self._directory}/input", f"ipc://{self._directory}/output"
+        self._to_core.bind(input_address)
+        self._from_core.bind(output_address)
+        self._process = multiprocessing.get_context("spawn").Process(
+            target=run_engine_core, args=(spec, input_address, output_address), name="oasr-engine-core", daemon=True)
+        self._process.start()
+        try:
+            self.info = self._wait_ready(spec, startup_timeout_s)
+        except BaseException:
+            self._stop_process()
+            self._close_sockets()
+            raise
+        self.tokenizer = self.info.tokenizer
+        self._stats = self.info.stats
+        self._streams: dict[str, _Stream] = {}
+        self._checks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._check_cache: OrderedDict[DecodeOptions, str | None] = OrderedDict()
+        self._lock = threading.Lock()  # guards the three above and ``_error``
+        self._send_lock = threading.Lock()  # a ZeroMQ socket is used by one thread at a time
+        self._ids = itertools.count()
+        self._error: str | None = None
+        self._closing = threading.Event()
+        self._receiver = threading.Thread(target=self._receive_loop, name="oasr-core-receiver", daemon=True)
+        self._receiver.start()
+
+    # ------------------------------------------------------------------ the engine-client interface
+
+    @property
+    def window_samples(self) -> int:
+        return self.info.window_samples
+
+    @property
+    def alive(self) -> bool:
+        return self._error is None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        """The engine core's process id."""
+        return self._process.pid
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._streams)
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    async def check(self, options: DecodeOptions) -> None:
+        """Asks the core (once per distinct option set) whether the model serves ``options``."""
+        with self._lock:
+            known = options in self._check_cache
+            error = self._check_cache.get(options)
+        if not known:
+            future = asyncio.get_running_loop().create_future()
+            with self._lock:
+                self._raise_if_dead()
+                call_id = next(self._ids)
+                self._checks[call_id] = (asyncio.get_running_loop(), future)
+            try:
+                self._send(CheckOptions(call_id, options))
+                error = await future
+            finally:
+                with self._lock:
+                    self._checks.pop(call_id, None)
+            with self._lock:
+                self._check_cache[options] = error
+                while len(self._check_cache) > _CHECK_CACHE_SIZE:
+                    self._check_cache.popitem(last=False)
+        if error is not None:
+            raise UnsupportedOptionError(error)
+
+    async def generate(self, audio: np.ndarray, options: DecodeOptions, *,
+                       partial: bool = True) -> AsyncIterator[RequestOutput]:
+        """Yields this request's outputs (every new token with ``partial``, else only the last, which has
+        ``finished=True``). Leaving the iterator early aborts the request in the core and frees its rows."""
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue())
+        with self._lock:
+            self._raise_if_dead()
+            if len(self._streams) >= self.max_waiting:
+                raise EngineOverloadedError(f"{len(self._streams)} requests in flight; try again later")
+            request_id = f"core-{next(self._ids)}"
+            self._streams[request_id] = stream
+        finished = False
+        try:
+            self._send(AddRequest(request_id, options, partial), np.ascontiguousarray(audio, dtype=np.float32))
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if item.finished:
+                    finished = True
+                    return
+        finally:
+            with self._lock:
+                self._streams.pop(request_id, None)
+            if not finished and self._error is None:
+                self._send(AbortRequests((request_id,)))
+
+    def shutdown(self) -> None:
+        """Stops the core (asking first, then terminating) and the receiver; waiting requests fail."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        if self._process.is_alive():
+            self._send(StopCore())
+        self._stop_process()
+        self._receiver.join(timeout=RECEIVE_POLL_MS / 1000 * 5)
+        self._fail_all("the engine core was shut down")
+        self._close_sockets()
+
+    # ------------------------------------------------------------------ start and stop
+
+    def _wait_ready(self, spec: EngineCoreSpec, timeout_s: float) -> EngineInfo:
+        poller = zmq.Poller()
+        poller.register(self._from_core, zmq.POLLIN)
+        poller.register(self._process.sentinel, zmq.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            events = dict(poller.poll(1000))
+            if self._from_core in events:
+                message = loads(self._from_core.recv())
+                if isinstance(message, CoreReady):
+                    return message.info
+                if isinstance(message, CoreFailed):
+                    raise EngineStartupError(f"the engine could not start {spec.model}: {message.message}")
+            elif events:
+                self._process.join(timeout=5)
+                raise EngineStartupError(f"the engine core exited with code {self._process.exitcode} while "
+                                         f"starting {spec.model}")
+        raise EngineStartupError(f"the engine core did not start {spec.model} within {timeout_s:g} s")
+
+    def _stop_process(self) -> None:
+        self._process.join(timeout=STOP_WAIT_S)
+        if self._process.is_alive():
+            log.warning("the engine core did not stop in %g s; terminating it", STOP_WAIT_S)
+            self._process.terminate()
+            self._process.join(timeout=STOP_WAIT_S)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+    def _close_sockets(self) -> None:
+        self._to_core.close()
+        self._from_core.close()
+        self._context.term()
+        shutil.rmtree(self._directory, ignore_errors=True)
+
+    # ------------------------------------------------------------------ sending (any event loop's thread)
+
+    def _send(self, message: object, audio: np.ndarray | None = None) -> None:
+        frames = [dumps(message)] if audio is None else [dumps(message), audio]
+        with self._send_lock:
+            self._to_core.send_multipart(frames, copy=audio is None)
+
+    def _raise_if_dead(self) -> None:
+        if self._error is not None:
+            raise EngineDeadError(f"engine stopped: {self._error}")
+
+    # ------------------------------------------------------------------ receiving (the receiver thread)
+
+    def _receive_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._from_core, zmq.POLLIN)
+        poller.register(self._process.sentinel, zmq.POLLIN)
+        while not self._closing.is_set():
+            events = dict(poller.poll(RECEIVE_POLL_MS))
+            if not events:
+                continue
+            reason = self._drain()
+            if reason is None and self._process.sentinel in events:
+                self._process.join(timeout=5)
+                reason = f"the engine core process exited with code {self._process.exitcode}"
+            if reason is not None:
+                if not self._closing.is_set():
+                    log.error("engine unavailable: %s", reason)
+                self._fail_all(reason)
+                return
+
+    def _drain(self) -> str | None:
+        """Dispatches every update waiting now; returns why the core stopped if it said so."""
+        while True:
+            try:
+                message = loads(self._from_core.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                return None
+            if isinstance(message, CoreFailed):
+                return message.message
+            if isinstance(message, CoreUpdate):
+                self._dispatch(message)
+
+    def _dispatch(self, update: CoreUpdate) -> None:
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[Callable, object]]] = defaultdict(list)
+        with self._lock:
+            if update.stats is not None:
+                self._stats = update.stats
+            for delta in update.deltas:
+                stream = self._streams.get(delta.request_id)
+                if stream is not None:
+                    batches[stream.loop].append((stream.queue.put_nowait, stream.apply(delta)))
+            for failure in update.failures:
+                stream = self._streams.get(failure.request_id)
+                if stream is not None:
+                    batches[stream.loop].append((stream.queue.put_nowait, _error_of(failure)))
+            for check in update.checks:
+                if check.call_id in self._checks:
+                    loop, future = self._checks[check.call_id]
+                    batches[loop].append((_resolve(future), check.error))
+        for loop, calls in batches.items():
+            _call_soon(loop, calls)
+
+    def _fail_all(self, reason: str) -> None:
+        batches: dict[asyncio.AbstractEventLoop, list[tuple[Callable, object]]] = defaultdict(list)
+        with self._lock:
+            self._error = self._error or reason
+            for stream in self._streams.values():
+                batches[stream.loop].append((stream.queue.put_nowait, EngineDeadError(f"engine stopped: {reason}")))
+            for loop, future in self._checks.values():
+                batches[loop].append((_resolve(future), EngineDeadError(f"engine stopped: {reason}")))
+        for loop, calls in batches.items():
+            _call_soon(loop, calls)
+
+
+def _error_of(failure: RequestFailed) -> OASRError:
+    return UnsupportedOptionError(failure.message) if failure.kind == UNSUPPORTED_OPTION else OASRError(failure.message)
+
+
+def _resolve(future: asyncio.Future) -> Callable[[object], None]:
+    def settle(value: object) -> None:
+        if future.done():
+            return
+        if isinstance(value, BaseException):
+            future.set_exception(value)
+        else:
+            future.set_result(value)
+
+    return settle
+
+
+def _run_all(calls: list[tuple[Callable, object]]) -> None:
+    for call, value in calls:
+        call(value)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, calls: list[tuple[Callable, object]]) -> None:
+    try:
+        loop.call_soon_threadsafe(_run_all, calls)
+    except RuntimeError:  # that loop has closed: its server stopped, nobody is waiting there
+        pass

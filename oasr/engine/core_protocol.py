@@ -1,0 +1,129 @@
+"""What the API process and the engine-core process say to each other over their two ZeroMQ sockets.
+
+API -> core (PUSH/PULL): ``AddRequest`` (its audio travels as a second frame of raw float32 bytes),
+``AbortRequests``, ``CheckOptions``, ``StopCore``. Core -> API (PUSH/PULL): first ``CoreReady`` or
+``CoreFailed``, then one ``CoreUpdate`` per loop iteration that had anything to say, and ``CoreFailed`` if the
+loop dies. Messages are pickled: both ends are the same program, on sockets in a directory only this user
+can open.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import EngineStats
+from oasr.engine.request import FinishReason, RequestTimings
+from oasr.types import DecodeOptions
+
+# Error kinds a request can fail with in the core; the client raises the matching error class.
+UNSUPPORTED_OPTION = "unsupported_option"
+INVALID_REQUEST = "invalid_request"
+
+
+@dataclass(frozen=True)
+class EngineCoreSpec:
+    """Everything the core process needs to build its engine (it loads the model itself)."""
+
+    model: str  # embedded model name or model directory
+    device: str = "auto"
+    dtype: str | None = None
+    config: EngineConfig | None = None
+    log_level: int = logging.WARNING
+    # torch's CPU threads in the core (None: torch's default). One suits a CPU shared with other work: a
+    # multi-threaded step whose threads wait at barriers for a descheduled sibling runs several times slower.
+    cpu_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the API process needs to know of the loaded model, sent once the core is ready."""
+
+    model_name: str
+    device: str
+    window_samples: int
+    tokenizer: Any  # the model's tokenizer (picklable): the API process turns token ids into text
+    stats: EngineStats
+
+
+# ----------------------------------------------------------------------------------- API -> core
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    request_id: str
+    options: DecodeOptions
+    partial: bool  # send every new token as it comes (streaming); else only the finished result
+
+
+@dataclass(frozen=True)
+class AbortRequests:
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    call_id: int
+    options: DecodeOptions
+
+
+@dataclass(frozen=True)
+class StopCore:
+    pass
+
+
+# ----------------------------------------------------------------------------------- core -> API
+
+
+@dataclass(frozen=True)
+class CoreReady:
+    info: EngineInfo
+
+
+@dataclass(frozen=True)
+class CoreFailed:
+    message: str  # why the core could not start, or why its loop stopped
+
+
+@dataclass(frozen=True)
+class TokenDelta:
+    """A request's tokens since its last delta; a finished request's last delta carries its timings."""
+
+    request_id: str
+    new_token_ids: tuple[int, ...]
+    language: str | None
+    finished: bool
+    finish_reason: FinishReason | None
+    timings: RequestTimings | None
+
+
+@dataclass(frozen=True)
+class RequestFailed:
+    request_id: str
+    kind: str  # UNSUPPORTED_OPTION or INVALID_REQUEST
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    call_id: int
+    error: str | None  # the ``UnsupportedOptionError`` message, or None when the options can be served
+
+
+@dataclass(frozen=True)
+class CoreUpdate:
+    deltas: tuple[TokenDelta, ...] = ()
+    failures: tuple[RequestFailed, ...] = ()
+    checks: tuple[CheckResult, ...] = ()
+    stats: EngineStats | None = None  # sent when it changed since the last update
+
+
+def dumps(message: object) -> bytes:
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes | memoryview) -> Any:
+    return pickle.loads(data)

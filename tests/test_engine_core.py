@@ -1,0 +1,140 @@
+"""The engine core's loop logic without its process (messages in, updates out), the client's token
+bookkeeping, and the batch-size counts: all in this process, on the real tiny.en."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import oasr
+from oasr.audio import load_audio
+from oasr.engine.batch_stats import BatchSizeCounter
+from oasr.engine.core_client import _Stream
+from oasr.engine.core_process import EngineCore
+from oasr.engine.core_protocol import (
+    INVALID_REQUEST,
+    UNSUPPORTED_OPTION,
+    AbortRequests,
+    AddRequest,
+    CheckOptions,
+    CheckResult,
+    CoreUpdate,
+    StopCore,
+    TokenDelta,
+    dumps,
+    loads,
+)
+from oasr.engine.engine import ASREngine
+from oasr.engine.request import FinishReason
+from oasr.types import DecodeOptions
+from serving_harness import SMALL_ENGINE
+
+JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
+
+
+@pytest.fixture
+def core(tiny_en) -> EngineCore:
+    # One torch thread, as the server's test cores run: two threads on a shared 2-core machine wait on each other.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield EngineCore(ASREngine(tiny_en, SMALL_ENGINE))
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def jfk() -> np.ndarray:
+    return load_audio(JFK)
+
+
+def run_until_idle(core: EngineCore, max_steps: int = 500) -> list[CoreUpdate]:
+    updates = []
+    for _ in range(max_steps):
+        update = core.step()
+        if update is not None:
+            updates.append(loads(dumps(update)))  # what crosses the socket
+        if not core.engine.has_unfinished():
+            return updates
+    raise AssertionError("the engine did not finish")
+
+
+def deltas_of(updates: list[CoreUpdate], request_id: str) -> list[TokenDelta]:
+    return [d for u in updates for d in u.deltas if d.request_id == request_id]
+
+
+def test_streamed_request_gets_every_new_token_and_the_other_only_its_result(core, tiny_en, jfk):
+    expected = oasr.transcribe(JFK, model=tiny_en)[0]
+    assert core.handle(AddRequest("streamed", DecodeOptions(), partial=True), jfk)
+    assert core.handle(AddRequest("final-only", DecodeOptions(), partial=False), jfk)
+    updates = run_until_idle(core)
+    streamed, final_only = deltas_of(updates, "streamed"), deltas_of(updates, "final-only")
+    assert len(final_only) == 1 and final_only[0].finished
+    assert list(final_only[0].new_token_ids) == expected.token_ids
+    assert final_only[0].finish_reason is FinishReason.END_OF_TEXT and final_only[0].timings.finished is not None
+    *partials, last = streamed
+    assert len(partials) > 1 and not any(d.finished or d.timings for d in partials)
+    assert all(d.new_token_ids for d in partials), "a delta without new tokens is traffic for nothing"
+    assert [t for d in partials for t in d.new_token_ids] == expected.token_ids[: sum(len(d.new_token_ids)
+                                                                                      for d in partials)]
+    assert last.finished and list(last.new_token_ids) == expected.token_ids
+    stats = [u.stats for u in updates if u.stats is not None][-1]
+    assert (stats.num_running, stats.num_waiting, stats.kv_blocks_used) == (0, 0, 0)
+    assert stats.encode_batch_sizes.num_rows == 2  # each request encoded once
+    assert stats.decode_batch_sizes.num_steps == len(partials)  # one streamed delta per decode tick
+
+
+def test_client_stream_rebuilds_the_token_list_from_deltas():
+    stream = _Stream(loop=None, queue=None)  # type: ignore[arg-type]
+    outputs = [stream.apply(TokenDelta("r", (1, 2), "en", False, None, None)),
+               stream.apply(TokenDelta("r", (3,), "en", False, None, None)),
+               stream.apply(TokenDelta("r", (1, 2, 3, 4), "en", True, FinishReason.LENGTH, None))]
+    assert [o.token_ids for o in outputs] == [[1, 2], [1, 2, 3], [1, 2, 3, 4]]
+    assert [o.finished for o in outputs] == [False, False, True]
+    # A finished delta is the whole truth: it replaces what partial deltas said.
+    assert stream.apply(TokenDelta("r", (9,), "en", True, FinishReason.END_OF_TEXT, None)).token_ids == [9]
+
+
+def test_abort_frees_rows_and_stops_the_deltas(core, jfk):
+    core.handle(AddRequest("a", DecodeOptions(min_new_tokens=200), partial=True), jfk)
+    first = core.step()
+    assert first is not None and deltas_of([first], "a")
+    assert first.stats.num_running == 1 and first.stats.kv_blocks_used > 0
+    core.handle(AbortRequests(("a", "never-added")))
+    updates = run_until_idle(core)
+    assert not deltas_of(updates, "a")
+    stats = updates[-1].stats if updates else core.engine.stats()
+    assert (stats.num_running, stats.kv_blocks_used) == (0, 0)
+
+
+def test_requests_the_engine_refuses_fail_alone_with_their_kind(core, jfk):
+    core.handle(AddRequest("german", DecodeOptions(language="de"), partial=False), jfk)
+    core.handle(AddRequest("too-long", DecodeOptions(), partial=False), np.zeros(31 * 16_000, np.float32))
+    core.handle(AddRequest("fine", DecodeOptions(), partial=False), jfk)
+    core.handle(CheckOptions(7, DecodeOptions(language="de")))
+    core.handle(CheckOptions(8, DecodeOptions(language="en")))
+    updates = run_until_idle(core)
+    failures = {f.request_id: f for u in updates for f in u.failures}
+    assert set(failures) == {"german", "too-long"}
+    assert failures["german"].kind == UNSUPPORTED_OPTION and "English-only" in failures["german"].message
+    assert failures["too-long"].kind == INVALID_REQUEST and "exceeds the model's window" in failures["too-long"].message
+    checks = [c for u in updates for c in u.checks]
+    assert checks[1] == CheckResult(8, None) and checks[0].call_id == 7 and "English-only" in checks[0].error
+    assert deltas_of(updates, "fine")[-1].finished
+
+
+def test_stop_message_ends_the_loop(core):
+    assert core.handle(StopCore()) is False
+    with pytest.raises(TypeError):
+        core.handle("not a message")
+
+
+def test_batch_size_counts_are_cumulative_per_bound():
+    counter = BatchSizeCounter((1, 2, 4, 8))
+    for size in (0, 1, 1, 3, 4, 5, 9, 0):
+        counter.observe(size)
+    counts = counter.snapshot()
+    assert counts.bounds == (1, 2, 4, 8)
+    assert counts.cumulative == (2, 2, 4, 5)  # 9 rows fall only in +Inf
+    assert (counts.num_steps, counts.num_rows) == (6, 23)  # steps of size 0 are not steps of this walk

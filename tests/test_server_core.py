@@ -1,0 +1,139 @@
+"""``oasr serve`` with its engine core in another process: what happens when that process dies, fails to
+start or is shut down, and the batch sizes it reports. Each test starts its own core (a few seconds)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+import oasr
+from oasr.cli import main
+from oasr.engine.async_engine import EngineDeadError
+from oasr.engine.config import SchedulerConfig
+from oasr.engine.core_client import EngineCoreClient
+from oasr.serving.app import build_app
+from oasr.serving.settings import ServerSettings
+from oasr.types import DecodeOptions
+from serving_harness import WAIT_S, SlowEngine, metrics, running_server, small_engine, wait_until
+
+JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
+PROMPT_FAILURE_S = 15  # a dead core is noticed at once; this only allows for a busy 2-core machine
+
+
+def client(url: str) -> OpenAI:
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=WAIT_S)
+
+
+def transcribe(url: str, **kwargs):
+    return client(url).audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="tiny.en", **kwargs)
+
+
+def test_killed_core_fails_in_flight_requests_with_503_and_health_says_so():
+    engine = small_engine("tiny.en")
+    try:
+        assert isinstance(engine, EngineCoreClient) and engine.pid != os.getpid()
+        slow = SlowEngine(engine)  # 400 tokens a window: both requests are surely still decoding at the kill
+        with running_server(build_app(slow, ServerSettings(served_model_name="tiny.en"))) as url, \
+                ThreadPoolExecutor(1) as pool:
+            assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+            stream = transcribe(url, stream=True)
+            events = iter(stream)
+            assert next(events).type == "transcript.text.delta"
+            plain = pool.submit(transcribe, url)
+            wait_until(lambda: metrics(url)["oasr_engine_requests_running"] == 2, "both requests to decode")
+            os.kill(engine.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            with pytest.raises(openai.APIStatusError) as info:
+                plain.result(timeout=WAIT_S)
+            assert time.monotonic() - killed_at < PROMPT_FAILURE_S
+            assert info.value.status_code == 503 and info.value.body["code"] == "engine_unavailable"
+            with pytest.raises(openai.APIError) as info:  # the stream had started: its last event is the error
+                for _ in events:
+                    pass
+            assert "The engine has stopped" in info.value.message
+            assert slow.num_finished == 0
+            health = httpx.get(f"{url}/health")
+            assert (health.status_code, health.json()) == (503, {"status": "engine_unavailable"})
+            assert metrics(url)["oasr_engine_up"] == 0
+            started = time.monotonic()
+            with pytest.raises(openai.APIStatusError) as info:  # refused at once, not queued
+                transcribe(url)
+            assert info.value.status_code == 503 and time.monotonic() - started < PROMPT_FAILURE_S
+    finally:
+        engine.shutdown()
+
+
+def test_core_death_while_idle_shows_in_health_without_a_request():
+    engine = small_engine("tiny.en")
+    try:
+        with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
+            assert transcribe(url).text
+            os.kill(engine.pid, signal.SIGKILL)
+            wait_until(lambda: httpx.get(f"{url}/health").status_code == 503, "/health to see the dead core",
+                       timeout_s=PROMPT_FAILURE_S)
+    finally:
+        engine.shutdown()
+
+
+def test_metrics_report_the_engine_batch_sizes():
+    engine = small_engine("tiny.en")
+    try:
+        with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
+            before = metrics(url)
+            assert before["oasr_engine_encode_batch_size_count"] == before["oasr_engine_decode_batch_size_count"] == 0
+            assert before["oasr_engine_up"] == 1
+            tokens = transcribe(url, response_format="verbose_json").segments[0].tokens
+            values = metrics(url)
+            # One request alone: one encode step of one row, then decode ticks of one row each.
+            assert values["oasr_engine_encode_batch_size_count"] == values["oasr_engine_encode_batch_size_sum"] == 1
+            assert values['oasr_engine_encode_batch_size_bucket{le="1.0"}'] == 1
+            decode_steps = values["oasr_engine_decode_batch_size_count"]
+            assert values["oasr_engine_decode_batch_size_sum"] == decode_steps
+            assert values['oasr_engine_decode_batch_size_bucket{le="+Inf"}'] == decode_steps
+            # The encode step yields the first token; each decode tick 4 more (end-of-text, not in ``tokens``,
+            # among them): decode_steps_per_tick of the default scheduler config.
+            assert decode_steps == -(-len(tokens) // SchedulerConfig().decode_steps_per_tick)
+    finally:
+        engine.shutdown()
+
+
+def test_shutdown_stops_the_core_and_fails_what_was_waiting():
+    engine = small_engine("tiny.en")
+    process, sockets = engine._process, Path(engine._directory)
+    assert (sockets / "input").exists()
+    engine.shutdown()
+    assert not process.is_alive() and process.exitcode == 0  # it was asked, not killed
+    assert not sockets.exists()
+    assert not engine.alive
+    with pytest.raises(EngineDeadError):
+        asyncio.run(engine.check(DecodeOptions(language="fr")))
+    engine.shutdown()  # twice is harmless
+
+
+def test_serve_with_a_bad_model_exits_with_a_clear_error(capsys):
+    assert main(["serve", "--model", "no-such-model", "--device", "cpu", "--port", "0"]) == 2
+    error = capsys.readouterr().err
+    assert "oasr: error: the engine could not start no-such-model" in error
+    assert "neither a model directory nor a known model name" in error
+
+
+def test_thread_mode_serves_the_same_text_and_reports_batch_sizes(tiny_en):
+    engine = small_engine("tiny.en", mode="thread")
+    try:
+        assert not isinstance(engine, EngineCoreClient)
+        with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
+            assert transcribe(url).text == oasr.transcribe(JFK, model=tiny_en)[0].text
+            values = metrics(url)
+            assert values["oasr_engine_encode_batch_size_sum"] == 1 and values["oasr_engine_up"] == 1
+            assert values["oasr_engine_decode_batch_size_count"] > 0
+    finally:
+        engine.shutdown()
