@@ -17,6 +17,28 @@ class Linear(nn.Linear):
     KERNEL_OP: ClassVar[str] = "linear"
 
 
+class Float32Head(Linear):
+    """A vocabulary projection computed in float32 whatever the model's dtype.
+
+    In half precision, near-tied logits (``.`` against ``?`` after a sentence) are decided by the projection's
+    rounding; a float32 product over the same half-precision hidden state keeps greedy output on the float32
+    path far more often, for one larger matrix multiply per step. The float32 copy of the weight is made once
+    (and again only if the weight moves or is written) and is not part of the state dict.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if weight.dtype != torch.float32:
+            key = (weight.data_ptr(), weight.device, weight.dtype, weight._version)
+            cached = self.__dict__.get("_float32_weight")
+            if cached is None or cached[0] != key:
+                cached = (key, weight.detach().float())
+                self.__dict__["_float32_weight"] = cached
+            weight = cached[1]
+        bias = None if self.bias is None else self.bias.float()
+        return F.linear(x.float(), weight, bias)
+
+
 class LayerNorm(nn.LayerNorm):
     KERNEL_OP: ClassVar[str] = "layer_norm"
 

@@ -199,7 +199,7 @@ def find_alignments(
         frames = rows[i].num_frames // 2
         weights = scores[b, :, : len(sequence), :frames]
         matrices.append(_attention_matrix(weights, options)[first : first + num_text + 1])
-        logits = model.proj_out(hidden[b, first : first + num_text]).float()[:, : special.eot]
+        logits = model.proj_out(hidden[b, first : first + num_text])[:, : special.eot]
         chosen = torch.tensor(texts[i], device=logits.device)[:, None]
         probabilities.append(logits.softmax(dim=-1).gather(1, chosen)[:, 0].tolist())
     for b, (text_indices, time_indices) in enumerate(dtw([-m for m in matrices])):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from oasr.layers import GELU, Conv1d, Embedding, LayerNorm, Linear, MultiHeadAttention
+from oasr.layers import GELU, Conv1d, Embedding, Float32Head, LayerNorm, Linear, MultiHeadAttention
 from oasr.layers.cache import FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
@@ -139,7 +139,7 @@ class WhisperForConditionalGeneration(nn.Module):
         super().__init__()
         self.config = config
         self.model = WhisperInner(config)
-        self.proj_out = Linear(config.d_model, config.vocab_size, bias=False)
+        self.proj_out = Float32Head(config.d_model, config.vocab_size, bias=False)
         self.proj_out.weight = self.model.decoder.embed_tokens.weight
 
     @classmethod
@@ -175,7 +175,7 @@ class WhisperForConditionalGeneration(nn.Module):
     ) -> torch.Tensor:
         """tokens, positions: [B, T] -> logits [B, T, vocab] (float32). ``probe`` (opt-in) records the
         cross-attention logits of its heads on the way."""
-        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v, probe)).float()
+        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v, probe))
 
     def forward(self, features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, vocab] for a whole token prefix (tests, scoring)."""
