@@ -1,8 +1,9 @@
 """Offline transcription through the engine: inputs -> 30 s windows -> requests -> per-input results, in order.
 
 Audio is decoded on worker threads ahead of the engine (libsndfile, FFmpeg and soxr release the GIL), so the
-GPU is not left waiting on file I/O. Audio longer than one window is cut into consecutive 30 s windows whose
-texts are joined; timestamped sequential long-form decoding replaces this naive cut later.
+GPU is not left waiting on file I/O. With ``long_form="parallel"`` audio longer than one window is cut into
+consecutive 30 s windows decoded independently and joined; ``"sequential"`` hands the inputs to
+``oasr.engine.sequential`` (openai-whisper's seek loop).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
+from oasr.engine.request import RequestOutput
 from oasr.engine.results import assemble, decoded_window
+from oasr.engine.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
@@ -33,12 +36,11 @@ class _Pending:
     source: str
     duration_s: float
     num_windows: int
-    tokens: dict[int, list[int]] = field(default_factory=dict)
-    languages: dict[int, str | None] = field(default_factory=dict)
+    outputs: dict[int, RequestOutput] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
-        return len(self.tokens) == self.num_windows
+        return len(self.outputs) == self.num_windows
 
 
 def describe(item: AudioInput, index: int) -> str:
@@ -80,11 +82,15 @@ class OfflineTranscriber:
         self.loaded = loaded
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))
-        self.decode_options = DecodeOptions(language=options.language, task=options.task)
+        self.decode_options = DecodeOptions(language=options.language, task=options.task,
+                                            timestamps=options.timestamps, prompt=options.prompt)
         self.window = self.engine.runner.window_samples
 
     def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
         """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``."""
+        if self.options.long_form == "sequential":
+            yield from SequentialTranscriber(self.loaded, self.engine, self.options).run(self._decoded(inputs))
+            return
         order: deque[_Pending | Transcription] = deque()
         by_id: dict[str, tuple[_Pending, int]] = {}
 
@@ -103,8 +109,7 @@ class OfflineTranscriber:
 
         for output in self.engine.run(requests()):
             pending, w = by_id.pop(output.request_id)
-            pending.tokens[w] = output.token_ids
-            pending.languages[w] = output.language
+            pending.outputs[w] = output
             yield from self._drain(order)
         yield from self._drain(order)
 
@@ -131,9 +136,10 @@ class OfflineTranscriber:
             yield head if isinstance(head, Transcription) else self._finish(head)
 
     def _finish(self, pending: _Pending) -> Transcription:
-        windows = [
-            decoded_window(self.loaded.tokenizer, i, self.window, pending.duration_s, pending.tokens[i],
-                           pending.languages[i])
-            for i in range(pending.num_windows)
-        ]
+        windows = []
+        for i in range(pending.num_windows):
+            out = pending.outputs[i]
+            windows.append(decoded_window(self.loaded.tokenizer, i, self.window, pending.duration_s, out.token_ids,
+                                          out.language, avg_logprob=out.avg_logprob,
+                                          no_speech_prob=out.no_speech_prob))
         return assemble(pending.source, pending.duration_s, windows)

@@ -160,7 +160,23 @@ class WhisperForConditionalGeneration(nn.Module):
         cross_v: torch.Tensor,
     ) -> torch.Tensor:
         """tokens, positions: [B, T] -> logits [B, T, vocab] (float32)."""
-        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v)).float()
+        return self.logits(self.decode_hidden(tokens, positions, cache, cross_k, cross_v))
+
+    def decode_hidden(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: SelfAttentionCache,
+        cross_k: torch.Tensor,
+        cross_v: torch.Tensor,
+    ) -> torch.Tensor:
+        """Like ``decode`` but stops before the vocabulary projection: [B, T, d_model]. A long prompt needs
+        logits at a few positions only; projecting all of them would cost [B, T, vocab]."""
+        return self.model.decoder(tokens, positions, cache, cross_k, cross_v)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [..., d_model] -> logits [..., vocab] (float32)."""
+        return self.proj_out(hidden).float()
 
     def forward(self, features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, vocab] for a whole token prefix (tests, scoring)."""
