@@ -44,37 +44,43 @@ class TimestampState:
 class TimestampRules:
     def __init__(self, tokens: TimestampTokens, vocab_size: int, device: torch.device) -> None:
         self.tokens = tokens
-        vocab = torch.arange(vocab_size, device=device)
-        self.vocab = vocab
-        self.is_timestamp = vocab >= tokens.timestamp_begin
-        self.is_text = vocab < tokens.eot
-        self.before_timestamps = ~self.is_timestamp  # text, end-of-text and the other special tokens
-        self.first_forbidden = self.before_timestamps | (vocab > tokens.timestamp_begin + tokens.max_initial_index)
-        self.no_timestamps = vocab == tokens.no_timestamps
+        self.vocab_size = vocab_size
+        self.vocab = torch.arange(vocab_size, device=device)
+        tb = tokens.timestamp_begin
+        self.is_timestamp = self.vocab >= tb
+        # The first token is a timestamp within the first second.
+        self.first_forbidden = (self.vocab < tb) | (self.vocab > tb + tokens.max_initial_index)
 
     def apply(self, logits: torch.Tensor, state: TimestampState, *, first: bool) -> torch.Tensor:
         """logits: [B, vocab] float -> filtered logits [B, vocab] (a new tensor). ``first``: every row is choosing
-        its first token (the step after the prompt)."""
-        on = state.enabled[:, None]
+        its first token (the step after the prompt).
+
+        Every rule forbids a prefix of the text tokens and a prefix of the timestamps, so a row's forbidden set
+        is two bounds: ``vocab < text_end`` or ``timestamp_begin <= vocab < timestamp_floor``."""
+        tb = self.tokens.timestamp_begin
+        on = state.enabled
         if first:
-            # The first token is a timestamp within the first second.
-            forbidden = on & (self.first_forbidden | self.no_timestamps)
+            forbidden = on[:, None] & self.first_forbidden
         else:
-            tb = self.tokens.timestamp_begin
             last_ts = state.last >= tb
             previous_ts = state.previous >= tb
-            after_pair = (last_ts & previous_ts)[:, None]  # a segment just closed: text (or the end) follows
-            after_text = (last_ts & ~previous_ts)[:, None]  # an end timestamp follows text: another timestamp
-            # Timestamps never decrease, and after text the next one is strictly later (non-empty segments).
-            floor = torch.where(last_ts & ~previous_ts, state.last_timestamp, state.last_timestamp + 1)
-            seen = (state.last_timestamp >= tb)[:, None]
-            forbidden = self.no_timestamps | (after_pair & self.is_timestamp) | (after_text & self.is_text)
-            forbidden = on & (forbidden | (seen & self.is_timestamp & (self.vocab < floor[:, None])))
+            after_text = last_ts & ~previous_ts  # an end timestamp just followed text: another timestamp (or the end)
+            after_pair = last_ts & previous_ts  # a segment just closed: text (or the end)
+            text_end = torch.where(on & after_text, self.tokens.eot, 0)
+            # Timestamps never decrease, and after text the next one is strictly later (no empty segments).
+            floor = torch.where(after_text, state.last_timestamp, state.last_timestamp + 1)
+            floor = torch.where(state.last_timestamp >= tb, floor, tb)
+            floor = torch.where(after_pair, self.vocab_size, floor)
+            floor = torch.where(on, floor, tb)
+            vocab = self.vocab
+            forbidden = (vocab < text_end[:, None]) | (self.is_timestamp & (vocab < floor[:, None]))
         logits = logits.masked_fill(forbidden, float("-inf"))
+        nt = self.tokens.no_timestamps
+        logits[:, nt] = torch.where(on, float("-inf"), logits[:, nt])
         # When the timestamps together are likelier than any single other token, a timestamp comes next.
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        tb = self.tokens.timestamp_begin
-        timestamp_mass = logprobs[:, tb:].logsumexp(dim=-1)
-        best_other = logprobs[:, :tb].amax(dim=-1)
-        force = state.enabled & (timestamp_mass > best_other)
-        return logits.masked_fill(force[:, None] & self.before_timestamps, float("-inf"))
+        # (Compared on logits: both sides of openai-whisper's log-softmax comparison share the normaliser.)
+        timestamp_mass = logits[:, tb:].logsumexp(dim=-1)
+        best_other = logits[:, :tb].amax(dim=-1)
+        force = on & (timestamp_mass > best_other)
+        logits[:, :tb] = logits[:, :tb].masked_fill(force[:, None], float("-inf"))
+        return logits
