@@ -84,6 +84,7 @@ class OfflineTranscriber:
         self.engine = ASREngine(loaded, engine_config_for(options, config))
         self.decode_options = DecodeOptions(language=options.language, task=options.task,
                                             timestamps=options.timestamps, prompt=options.prompt)
+        self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
 
     def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
