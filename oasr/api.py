@@ -12,7 +12,7 @@ import torch
 from oasr.engine.offline import AudioInput, OfflineTranscriber
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel, from_pretrained
-from oasr.types import Task, Transcription, TranscribeOptions
+from oasr.types import LongForm, Task, Transcription, TranscribeOptions
 
 
 def _as_list(inputs: AudioInput | Sequence[AudioInput]) -> list[AudioInput]:
@@ -41,15 +41,27 @@ def transcribe(
     language: str | None = None,
     task: Task = "transcribe",
     batch_size: int = 16,
+    long_form: LongForm = "parallel",
+    timestamps: bool = False,
+    prompt: str | None = None,
+    options: TranscribeOptions | None = None,
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     skip_errors: bool = False,
     word_timestamps: bool = False,
+    vad: str | None = None,
 ) -> list[Transcription]:
     """Transcribes audio files, bytes or 16 kHz float arrays. Raises ``AudioDecodeError`` on the first input that
-    cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``). ``word_timestamps``
-    fills each segment's ``words`` (Whisper checkpoints)."""
-    options = TranscribeOptions(language=language, task=task, batch_size=batch_size, word_timestamps=word_timestamps)
+    cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``).
+
+    ``long_form="sequential"`` decodes audio longer than 30 s as openai-whisper's ``transcribe()`` does (with
+    timestamps, conditioning on previous text, temperature fallback); ``timestamps=True`` gives segments with
+    real start and end times in parallel mode too. ``word_timestamps`` fills each segment's ``words`` (Whisper
+    checkpoints); ``vad`` names a detector (``oasr.vad``) that cuts parallel long-form windows at silences.
+    ``options`` (a full ``TranscribeOptions``) replaces the keyword options before it."""
+    if options is None:
+        options = TranscribeOptions(language=language, task=task, batch_size=batch_size, long_form=long_form,
+                                    timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad)
     results = []
     for result in iter_transcribe(inputs, model, options=options, device=device, dtype=dtype):
         if result.error and not skip_errors:

@@ -22,11 +22,23 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="30 s windows decoded together")
     p.add_argument("--language", default=None, help="language code (default: the model's, or detected)")
     p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    p.add_argument("--long-form", default="parallel", choices=("parallel", "sequential"),
+                   help="audio over 30 s: 'parallel' decodes consecutive 30 s windows independently (fast); "
+                   "'sequential' is openai-whisper's loop (each window resumes at the last timestamp, conditioned "
+                   "on the previous text, with temperature fallback)")
+    p.add_argument("--timestamps", action="store_true",
+                   help="decode timestamps: segments with real start/end (implied by srt, vtt and --long-form "
+                   "sequential)")
+    p.add_argument("--prompt", default=None, help="text to condition on (vocabulary, names, style)")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="sequential: never decode a window again at a higher temperature")
     p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
     p.add_argument("--output-dir", type=Path, default=None, help="write FILE_STEM.FORMAT here instead of stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
                    help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
+    p.add_argument("--word-timestamps", action="store_true",
+                   help="time every word (Whisper: cross-attention alignment); shown in json/jsonl output")
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -73,9 +85,14 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from oasr.api import iter_transcribe
-    from oasr.types import TranscribeOptions
+    from oasr.types import FallbackOptions, TranscribeOptions
 
-    options = TranscribeOptions(language=args.language, task=args.task, batch_size=args.batch_size, vad=args.vad)
+    options = TranscribeOptions(
+        language=args.language, task=args.task, batch_size=args.batch_size, long_form=args.long_form,
+        timestamps=args.timestamps or args.output_format in ("srt", "vtt"), prompt=args.prompt,
+        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
+        vad=args.vad, word_timestamps=args.word_timestamps,
+    )
     dtype = None if args.dtype == "auto" else args.dtype
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)

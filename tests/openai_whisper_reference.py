@@ -1,4 +1,5 @@
-"""openai-whisper's ``Whisper`` built from an OASR checkpoint (Hugging Face key layout), for reference runs."""
+"""openai-whisper's ``Whisper`` built from an OASR checkpoint (Hugging Face key layout): the reference for
+timestamp decoding, long-form transcription, language detection and word timestamps."""
 
 from __future__ import annotations
 
@@ -45,8 +46,10 @@ def openai_key(name: str) -> str:
     raise KeyError(f"no openai-whisper key for {name}")
 
 
-def openai_whisper_from(loaded, state_dict: dict[str, torch.Tensor]):
-    """openai-whisper's model with the same weights and alignment heads as ``loaded`` (CPU, fp32)."""
+def openai_whisper_from(loaded, state_dict: dict[str, torch.Tensor] | None = None):
+    """openai-whisper's model with the same weights and alignment heads as ``loaded`` (CPU, fp32); the weights
+    come from ``state_dict`` or else the checkpoint ``loaded`` kept (``keep_checkpoint=True``)."""
+    state_dict = state_dict if state_dict is not None else loaded.checkpoint.state_dict
     from whisper.model import ModelDimensions, Whisper
 
     c = loaded.config

@@ -42,12 +42,26 @@ def test_output_dir_gets_one_file_per_input(tmp_path: Path, fmt: str) -> None:
     assert main(["transcribe", str(JFK), "--device", "cpu", "--output-format", fmt, "--output-dir", str(tmp_path)]) == 0
     text = (tmp_path / f"jfk.{fmt}").read_text(encoding="utf-8")
     assert "fellow Americans" in text
+    # Subtitles carry the timestamp tokens' segments (tiny.en closes the first one at 8.00 s).
     if fmt == "srt":
-        assert text.startswith("1\n00:00:00,000 --> 00:00:11,000\n")
+        assert text.startswith("1\n00:00:00,000 --> 00:00:08,000\nAnd so my fellow Americans")
+        assert "\n2\n00:00:08,000 --> 00:00:11,000\nask what you can do for your country.\n" in text
     if fmt == "vtt":
-        assert text.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:11.000\n")
+        assert text.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:08.000\n")
     if fmt == "json":
         assert json.loads(text)["duration_s"] == 11.0
+
+
+def test_sequential_long_form_prints_timestamped_segments_and_refuses_what_the_model_cannot_do(capsys) -> None:
+    args = ["transcribe", str(JFK), "--device", "cpu", "--long-form", "sequential", "--no-fallback"]
+    assert main([*args, "--output-format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert [(s["start"], s["end"]) for s in row["segments"]] == [(0.0, 8.0), (8.0, 11.0)]
+    assert row["text"] == " ".join(s["text"] for s in row["segments"])
+    assert main([*args, "--task", "translate"]) == 2
+    assert "cannot translate" in capsys.readouterr().err
+    assert main([*args, "--language", "de"]) == 2
+    assert "English-only" in capsys.readouterr().err
 
 
 def test_unknown_model_is_a_one_line_error(capsys) -> None:

@@ -108,9 +108,22 @@ def test_every_response_format_equals_offline_transcription(client, offline):
     assert transcribe(client, JFK, model="whisper-1", response_format="text") == expected.text + "\n"
     assert transcribe(client, JFK, model="tiny.en", response_format="srt") == to_srt(expected)
     assert transcribe(client, JFK, model="tiny.en", response_format="vtt") == to_vtt(expected)
+    check_verbose(transcribe(client, JFK, model="tiny.en", response_format="verbose_json"), expected)
+
+
+def test_segment_granularity_answers_the_timestamp_tokens_segments(client, tiny_en):
+    expected = oasr.transcribe(JFK, tiny_en, timestamps=True)[0]
     verbose = transcribe(client, JFK, model="tiny.en", response_format="verbose_json",
                          timestamp_granularities=["segment"])
-    check_verbose(verbose, expected)
+    assert (verbose.text, verbose.language, verbose.duration) == (expected.text, "en", expected.duration_s)
+    assert [(s.start, s.end, s.text.strip()) for s in verbose.segments] == [
+        (s.start, s.end, s.text) for s in expected.segments
+    ]
+    assert len(verbose.segments) == 2 and verbose.segments[0].end == 8.0  # tiny.en closes a segment at 8.00 s
+    assert "".join(s.text for s in verbose.segments).strip() == verbose.text
+    assert [t for s in verbose.segments for t in s.tokens] == expected.token_ids
+    for segment in verbose.segments:  # measured by the engine, as openai-whisper reports them
+        assert segment.seek == 0 and segment.avg_logprob < 0 and 0 <= segment.no_speech_prob < 0.6
 
 
 def test_long_audio_is_answered_window_by_window_in_order(client, long_wav, offline):

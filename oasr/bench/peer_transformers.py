@@ -122,5 +122,6 @@ def run_transformers(
 
 def loaded_prompt(loaded: LoadedModel) -> list[int]:
     from oasr.models.whisper.prompt import WhisperPrompter
+    from oasr.types import DecodeOptions
 
-    return WhisperPrompter(loaded.config, loaded.tokenizer, loaded.name).prompt("en", "transcribe")
+    return list(WhisperPrompter(loaded.config, loaded.tokenizer, loaded.name).prompt("en", DecodeOptions()).token_ids)

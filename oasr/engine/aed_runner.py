@@ -1,9 +1,14 @@
 """Model runner for attention encoder-decoders (Whisper): turns scheduler decisions into tensors.
 
-Decode state lives in per-slot device buffers (last token, position, block table, minimum-length bound), so a
-decode step over slots ``[0, bucket)`` needs no host input. Each step is captured once per (batch bucket,
-block-count bucket) in a CUDA graph; ``num_decode_steps`` replays run back to back and their tokens are read
-on the host once per tick.
+Decode state lives in per-slot device buffers (last token, position, block table, minimum-length bound, the
+timestamp rules' history, temperature), so a decode step over slots ``[0, bucket)`` needs no host input. Each
+step is captured once per (batch bucket, block-count bucket, timestamps in use, sampling in use) in a CUDA
+graph; ``num_decode_steps`` replays run back to back and their tokens and log-probabilities are read on the
+host once per tick.
+
+Prompts differ in length between requests (a previous-text prompt, ``<|notimestamps|>`` or not): the encode
+walk runs them right-padded in one pass. A padded position writes K/V either to the null block or to a position
+of its own row past its prompt, which the row's decode steps overwrite before ever attending to it.
 """
 
 from __future__ import annotations
@@ -16,14 +21,15 @@ from collections.abc import Mapping
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.aed_greedy import AEDGreedyOptions
+from oasr.decode.aed_greedy import AEDGreedyOptions, AEDRowState
+from oasr.decode.timestamp_rules import TimestampState, TimestampTokens
 from oasr.engine.config import EngineConfig
 from oasr.engine.kv_cache import KVShape, PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
 from oasr.engine.request import Request
 from oasr.engine.scheduler import DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
 from oasr.models.loader import LoadedModel
-from oasr.models.whisper.prompt import WhisperPrompter
+from oasr.models.whisper.prompt import WhisperPrompt, WhisperPrompter
 from oasr.types import DecodeOptions
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,11 @@ class AEDRunner:
                 vocab_size=c.vocab_size,
                 suppress_tokens=c.suppress_tokens,
                 begin_suppress_tokens=c.begin_suppress_tokens,
+                timestamp_tokens=TimestampTokens(
+                    eot=self.special.eot,
+                    no_timestamps=self.special.no_timestamps,
+                    timestamp_begin=self.special.timestamp_begin,
+                ),
             ),
             self.device,
         )
@@ -75,14 +86,23 @@ class AEDRunner:
         self.positions = torch.zeros(slots, **long)
         self.eot_from = torch.zeros(slots, **long)
         self.block_table = torch.zeros(slots, self.max_blocks, **long)
+        # The timestamp rules' view of each row's history (see ``TimestampState``), and its sampling temperature.
+        self.previous = torch.zeros(slots, **long)
+        self.last_timestamp = torch.zeros(slots, **long)
+        self.timestamps = torch.zeros(slots, dtype=torch.bool, device=self.device)
+        self.temperature = torch.zeros(slots, dtype=torch.float32, device=self.device)
         self._table_len = [0] * slots  # blocks of each slot's table already on the device
+        # Host copies of each slot's flags: a tick skips the timestamp rules or the sampling when no row needs them.
+        self._slot_timestamps = [False] * slots
+        self._slot_sampling = [False] * slots
         self.batch_buckets = tuple(b for b in config.runner.batch_buckets if b < slots) + (slots,)
         self.block_buckets = tuple(sorted({min(2**i, self.max_blocks) for i in range(self.max_blocks.bit_length() + 1)}))
         self.use_graphs = config.runner.cuda_graphs and self.device.type == "cuda"
-        self._graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self._graphs: dict[tuple[int, int, bool, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         max_steps = max(config.scheduler.decode_steps_per_tick, config.scheduler.combined_decode_steps)
         self._step_tokens = torch.zeros(max_steps, slots, **long)
+        self._step_logprobs = torch.zeros(max_steps, slots, dtype=torch.float32, device=self.device)
         self._encoder = self.model.encode
         if config.runner.compile_encoder and self.device.type == "cuda":
             self._encoder = torch.compile(self.model.encode)
@@ -93,9 +113,8 @@ class AEDRunner:
     def num_slots(self) -> int:
         return self.plan.num_slots
 
-    @property
-    def prompt_len(self) -> int:
-        return self.prompter.prompt_len
+    def prompt_len_for(self, options: DecodeOptions) -> int:
+        return self.prompter.prompt_len(options)
 
     @property
     def window_samples(self) -> int:
@@ -117,16 +136,16 @@ class AEDRunner:
             released = torch.tensor(out.released_slots, device=self.device)
             self.block_table.index_fill_(0, released, 0)
             self.positions.index_fill_(0, released, 0)
-        decoded, encoded = {}, {}
+        decoded, logprobs, encoded = {}, {}, {}
         if out.decode:
             start = time.perf_counter()
-            decoded = self._decode(out.decode, out.num_decode_steps)
+            decoded, logprobs = self._decode(out.decode, out.num_decode_steps)
             self.phase_seconds["decode"] += time.perf_counter() - start
         if out.encode:
             start = time.perf_counter()
             encoded = self._encode(out.encode, requests)
             self.phase_seconds["encode"] += time.perf_counter() - start
-        return RunnerOutput(encoded=encoded, decoded=decoded)
+        return RunnerOutput(encoded=encoded, decoded=decoded, logprobs=logprobs)
 
     # ------------------------------------------------------------------ decode walk
 
@@ -141,26 +160,39 @@ class AEDRunner:
         slots = torch.tensor([row.slot for row in stale], device=self.device)
         self.block_table.index_copy_(0, slots, table.to(self.device))
 
-    def _decode(self, rows: tuple[DecodeRow, ...], steps: int) -> dict[str, tuple[int, ...]]:
+    def _decode(
+        self, rows: tuple[DecodeRow, ...], steps: int
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[float, ...]]]:
         self._sync_block_tables(rows)
         batch = _bucket(max(row.slot for row in rows) + 1, self.batch_buckets)
         num_blocks = _bucket(max(len(row.block_ids) for row in rows), self.block_buckets)
+        timestamps = any(self._slot_timestamps[row.slot] for row in rows)
+        sampling = any(self._slot_sampling[row.slot] for row in rows)
         for i in range(steps):
-            self._step_tokens[i, :batch].copy_(self._step(batch, num_blocks))
-        host = self._step_tokens[:steps, :batch].cpu()
-        return {row.request_id: tuple(host[:, row.slot].tolist()) for row in rows}
+            tokens, logprobs = self._step(batch, num_blocks, timestamps, sampling)
+            self._step_tokens[i, :batch].copy_(tokens)
+            self._step_logprobs[i, :batch].copy_(logprobs)
+        # One transfer for both (token ids are exact in float64).
+        host = torch.stack((self._step_tokens[:steps, :batch].double(), self._step_logprobs[:steps, :batch].double())).cpu()
+        tokens, logprobs = host[0].long(), host[1]
+        return (
+            {row.request_id: tuple(tokens[:, row.slot].tolist()) for row in rows},
+            {row.request_id: tuple(logprobs[:, row.slot].tolist()) for row in rows},
+        )
 
-    def _step(self, batch: int, num_blocks: int) -> torch.Tensor:
+    def _step(self, batch: int, num_blocks: int, timestamps: bool, sampling: bool) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.use_graphs:
-            return self._step_eager(batch, num_blocks)
-        key = (batch, num_blocks)
+            return self._step_eager(batch, num_blocks, timestamps, sampling)
+        key = (batch, num_blocks, timestamps, sampling)
         if key not in self._graphs:
-            self._graphs[key] = self._capture(batch, num_blocks)
-        graph, next_tokens = self._graphs[key]
+            self._graphs[key] = self._capture(*key)
+        graph, next_tokens, logprobs = self._graphs[key]
         graph.replay()
-        return next_tokens
+        return next_tokens, logprobs
 
-    def _step_eager(self, batch: int, num_blocks: int) -> torch.Tensor:
+    def _step_eager(
+        self, batch: int, num_blocks: int, timestamps: bool, sampling: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One token for every slot in [0, batch). Idle slots read and write the null block; their tokens are
         never read. Only device buffers are touched, so this can be captured."""
         positions = self.positions[:batch]
@@ -168,33 +200,50 @@ class AEDRunner:
         logits = self.model.decode(
             self.tokens[:batch, None], positions[:, None], context, self.cross_k[:, :batch], self.cross_v[:, :batch]
         )[:, -1]
-        next_tokens = self.strategy.select(logits, first=False, eot_allowed=positions >= self.eot_from[:batch])
+        rows = AEDRowState(
+            eot_allowed=positions >= self.eot_from[:batch],
+            temperature=self.temperature[:batch],
+            timestamps=TimestampState(
+                enabled=self.timestamps[:batch],
+                last=self.tokens[:batch],
+                previous=self.previous[:batch],
+                last_timestamp=self.last_timestamp[:batch],
+            ) if timestamps else None,
+        )
+        next_tokens, logprobs = self.strategy.select(logits, rows, first=False, sampling=sampling)
+        is_timestamp = next_tokens >= self.special.timestamp_begin
+        self.last_timestamp[:batch].copy_(torch.where(is_timestamp, next_tokens, self.last_timestamp[:batch]))
+        self.previous[:batch].copy_(self.tokens[:batch])
         self.tokens[:batch].copy_(next_tokens)
         self.positions[:batch].copy_(torch.clamp(positions + 1, max=self.max_positions - 1))
-        return next_tokens
+        return next_tokens, logprobs
 
-    def _capture(self, batch: int, num_blocks: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
-        saved = (self.tokens.clone(), self.positions.clone())
+    def _capture(
+        self, batch: int, num_blocks: int, timestamps: bool, sampling: bool
+    ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]:
+        state = (self.tokens, self.positions, self.previous, self.last_timestamp)
+        saved = [t.clone() for t in state]
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):  # warm-up: lazy initialisation must not happen during capture
-            self._step_eager(batch, num_blocks)
+            self._step_eager(batch, num_blocks, timestamps, sampling)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._graph_pool):
-            next_tokens = self._step_eager(batch, num_blocks)
+            next_tokens, logprobs = self._step_eager(batch, num_blocks, timestamps, sampling)
         # Warm-up and capture advanced the state; put it back (the null block absorbed their writes only for
         # idle rows, and live rows rewrite the same positions when the graph replays).
-        self.tokens.copy_(saved[0])
-        self.positions.copy_(saved[1])
-        log.debug("captured decode step: batch %d, %d blocks", batch, num_blocks)
-        return graph, next_tokens
+        for buffer, value in zip(state, saved, strict=True):
+            buffer.copy_(value)
+        log.debug("captured decode step: batch %d, %d blocks, timestamps %s, sampling %s",
+                  batch, num_blocks, timestamps, sampling)
+        return graph, next_tokens, logprobs
 
     # ------------------------------------------------------------------ encode walk
 
     def _encode(self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]) -> dict[str, EncodeResult]:
         batch = [requests[row.request_id] for row in rows]
-        features = self.loaded.features([r.audio for r in batch], device=self.device)
+        features = self._features(batch)
         if self._encoder is not self.model.encode:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
         cross_k, cross_v = self.model.cross_kv(self._encoder(features))
@@ -206,40 +255,94 @@ class AEDRunner:
             table[i, : len(row.block_ids)] = torch.tensor(row.block_ids)
             self._table_len[row.slot] = len(row.block_ids)
         self.block_table.index_copy_(0, slots, table.to(self.device))
-        table = self.block_table[slots, : -(-self.prompt_len // self.pool.block_size)]
 
-        languages, first_position = self._pick_languages(batch, table, cross_k, cross_v)
-        prompts = [self.prompter.prompt(lang, r.options.task) for lang, r in zip(languages, batch, strict=True)]
-        tokens = torch.tensor([p[first_position:] for p in prompts], device=self.device)
-        positions = torch.arange(first_position, self.prompt_len, device=self.device).expand(len(rows), -1)
-        context = paged_context(self.pool, table, positions)
-        logits = self.model.decode(tokens, positions, context, cross_k, cross_v)[:, -1]
-        eot_from = torch.tensor([self.prompt_len - 1 + r.options.min_new_tokens for r in batch], device=self.device)
-        first = self.strategy.select(logits, first=True, eot_allowed=eot_from <= self.prompt_len - 1)
+        languages = self._pick_languages(batch, slots, cross_k, cross_v)
+        prompts = [self.prompter.prompt(lang, r.options) for lang, r in zip(languages, batch, strict=True)]
+        last_logits, no_speech = self._run_prompts(prompts, slots, cross_k, cross_v)
+
+        options = [r.options for r in batch]
+        prompt_lens = torch.tensor([len(p.token_ids) for p in prompts], device=self.device)
+        eot_from = prompt_lens - 1 + torch.tensor([o.min_new_tokens for o in options], device=self.device)
+        timestamps = torch.tensor([o.timestamps for o in options], device=self.device)
+        temperature = torch.tensor([o.temperature for o in options], dtype=torch.float32, device=self.device)
+        no_history = torch.zeros(len(rows), dtype=torch.long, device=self.device)  # nothing sampled yet
+        first_rows = AEDRowState(
+            eot_allowed=eot_from <= prompt_lens - 1,
+            temperature=temperature,
+            timestamps=TimestampState(timestamps, no_history, no_history, no_history) if any(o.timestamps for o in options) else None,
+        )
+        sampling = any(o.temperature > 0 for o in options)
+        first, logprobs = self.strategy.select(last_logits, first_rows, first=True, sampling=sampling)
+
+        tb = self.special.timestamp_begin
         self.tokens.index_copy_(0, slots, first)
-        self.positions.index_fill_(0, slots, self.prompt_len)
+        self.positions.index_copy_(0, slots, prompt_lens)
         self.eot_from.index_copy_(0, slots, eot_from)
+        self.previous.index_fill_(0, slots, tb)  # fewer than two tokens sampled: the rules count it a timestamp
+        self.last_timestamp.index_copy_(0, slots, torch.where(first >= tb, first, no_history))
+        self.timestamps.index_copy_(0, slots, timestamps)
+        self.temperature.index_copy_(0, slots, temperature)
+        for row, o in zip(rows, options, strict=True):
+            self._slot_timestamps[row.slot] = o.timestamps
+            self._slot_sampling[row.slot] = o.temperature > 0
+        host = torch.stack((first.double(), logprobs.double(), no_speech.double())).cpu().tolist()
         return {
-            row.request_id: EncodeResult(token_ids=(token,), language=lang)
-            for row, token, lang in zip(rows, first.tolist(), languages, strict=True)
+            row.request_id: EncodeResult(token_ids=(int(token),), language=lang, logprobs=(lp,), no_speech_prob=ns)
+            for row, lang, token, lp, ns in zip(rows, languages, *host, strict=True)
         }
 
+    def _features(self, batch: list[Request]) -> torch.Tensor:
+        """[B, n_mels, frames]: the caller's features where a request brings them, the extractor's elsewhere."""
+        missing = [i for i, r in enumerate(batch) if r.features is None]
+        computed = self.loaded.features([batch[i].audio for i in missing], device=self.device) if missing else None
+        if len(missing) == len(batch):
+            return computed
+        rows = [r.features for r in batch]
+        for j, i in enumerate(missing):
+            rows[i] = computed[j]
+        return torch.stack([f.to(device=self.device, dtype=torch.float32) for f in rows])
+
+    def _run_prompts(
+        self, prompts: list[WhisperPrompt], slots: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs every row's prompt from position 0 (right-padded to the longest) into its cache.
+        -> (logits after each row's last prompt token [B, vocab], probability of <|nospeech|> after
+        <|startoftranscript|> [B])."""
+        lengths = [len(p.token_ids) for p in prompts]
+        longest = max(lengths)
+        tokens = torch.full((len(prompts), longest), self.special.eot, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            tokens[i, : lengths[i]] = torch.tensor(p.token_ids)
+        tokens = tokens.to(self.device)
+        positions = torch.arange(longest, device=self.device).expand(len(prompts), -1)
+        table = self.block_table[slots, : -(-longest // self.pool.block_size)]
+        context = paged_context(self.pool, table, positions)
+        hidden = self.model.decode_hidden(tokens, positions, context, cross_k, cross_v)
+        rows = torch.arange(len(prompts), device=self.device)
+        last = torch.tensor(lengths, device=self.device) - 1
+        sot = torch.tensor([p.sot_index for p in prompts], device=self.device)
+        logits = self.model.logits(torch.stack((hidden[rows, last], hidden[rows, sot]), dim=1))
+        no_speech = torch.softmax(logits[:, 1], dim=-1)[:, self.special.no_speech]
+        return logits[:, 0], no_speech
+
     def _pick_languages(
-        self, batch: list[Request], table: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor
-    ) -> tuple[list[str | None], int]:
-        """Languages of the rows, and the first prompt position still to run. Rows without a language on a
-        multilingual model get the most likely language token after ``<|startoftranscript|>``; that costs one
-        extra decoder pass (position 0) for the whole batch, skipped when no row needs it."""
+        self, batch: list[Request], slots: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor
+    ) -> list[str | None]:
+        """Languages of the rows. Rows without a language on a multilingual model get the most likely language
+        token after ``<|startoftranscript|>`` alone (openai-whisper's ``detect_language``): one extra decoder
+        pass at position 0 for the whole batch, skipped when no row needs it. The prompt pass then rewrites
+        position 0."""
         multilingual = self.prompter.config.is_multilingual
         languages = [r.options.language if multilingual else "en" for r in batch]
         detect = [i for i, r in enumerate(batch) if self.prompter.needs_detection(r.options)]
         if not detect:
-            return languages, 0
+            return languages
         start = torch.full((len(batch), 1), self.special.sot, device=self.device)
         positions = torch.zeros_like(start)
+        table = self.block_table[slots, :1]
         logits = self.model.decode(start, positions, paged_context(self.pool, table, positions), cross_k, cross_v)
         candidates = torch.tensor(self.prompter.language_token_ids, device=self.device)
         best = logits[detect, -1][:, candidates].argmax(dim=-1).tolist()
         for i, choice in zip(detect, best, strict=True):
             languages[i] = self.prompter.language_names[choice]
-        return languages, 1
+        return languages

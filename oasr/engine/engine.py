@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
 from oasr.engine.aed_runner import AEDRunner
 from oasr.engine.batch_stats import BatchSizeCounter, BatchSizeCounts
@@ -57,14 +58,25 @@ class ASREngine:
         self.encode_batch_sizes = BatchSizeCounter(self.config.runner.batch_buckets)
         self.decode_batch_sizes = BatchSizeCounter(self.config.runner.batch_buckets)
 
-    def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None, request_id: str | None = None) -> str:
-        """Queues one window of 16 kHz audio (at most the model's window); returns the request id."""
+    def add_request(
+        self,
+        audio: np.ndarray,
+        options: DecodeOptions | None = None,
+        request_id: str | None = None,
+        *,
+        features: torch.Tensor | None = None,
+    ) -> str:
+        """Queues one window of 16 kHz audio (at most the model's window); returns the request id.
+        ``features``: the window's features, computed by the caller ([n_mels, frames] on the model's device);
+        the runner then skips its own feature extraction."""
         options = options or DecodeOptions()
         self.runner.check(options)
         window = self.runner.window_samples
         if len(audio) > window:
             raise OASRError(f"audio of {len(audio)} samples exceeds the model's window ({window}); split it first")
-        room = self.runner.max_positions - self.runner.prompt_len
+        prompt_len = self.runner.prompt_len_for(options)
+        # The last output token comes from the logits at the last position and is never fed back.
+        room = self.runner.max_positions - prompt_len + 1
         max_new = room if options.max_new_tokens is None else min(options.max_new_tokens, room)
         if max_new < 1 or options.min_new_tokens > max_new:
             raise OASRError(f"max_new_tokens {options.max_new_tokens} / min_new_tokens {options.min_new_tokens} "
@@ -73,7 +85,8 @@ class ASREngine:
             request_id=request_id if request_id is not None else f"req-{next(self._ids)}",
             audio=audio,
             options=options,
-            prompt_len=self.runner.prompt_len,
+            features=features,
+            prompt_len=prompt_len,
             num_frames=self.runner.num_frames(len(audio)),
             max_new_tokens=max_new,
         )

@@ -53,6 +53,11 @@ class FrameSyncRunner:
             raise UnsupportedOptionError(f"{self.loaded.name} takes no language option (got {options.language!r})")
         if options.min_new_tokens:
             raise UnsupportedOptionError(f"{self.loaded.name} cannot force an output length (min_new_tokens)")
+        if options.timestamps or options.prompt or options.prompt_token_ids or options.temperature > 0:
+            raise UnsupportedOptionError(f"{self.loaded.name} decodes greedily without timestamps or a text prompt")
+
+    def prompt_len_for(self, options: DecodeOptions) -> int:
+        return self.prompt_len
 
     def num_frames(self, num_samples: int) -> int:
         return num_samples // self.loaded.features.config.hop_length + 1

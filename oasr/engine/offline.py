@@ -1,9 +1,10 @@
 """Offline transcription through the engine: inputs -> 30 s windows -> requests -> per-input results, in order.
 
 Audio is decoded on worker threads ahead of the engine (libsndfile, FFmpeg and soxr release the GIL), so the
-GPU is not left waiting on file I/O. Audio longer than one window is cut into consecutive 30 s windows whose
-texts are joined, or, with ``TranscribeOptions.vad``, into windows cut at the silences a VAD detector finds
-(``oasr.vad.planner``; planned on the same worker threads), all decoded in one batch.
+GPU is not left waiting on file I/O. With ``long_form="parallel"`` audio longer than one window is cut into
+consecutive 30 s windows, or, with ``TranscribeOptions.vad``, into windows cut at the silences a VAD detector
+finds (``oasr.vad.planner``; planned on the same worker threads), all decoded in one batch and joined;
+``"sequential"`` hands the inputs to ``oasr.engine.sequential`` (openai-whisper's seek loop).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import numpy as np
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.results import DecodedWindow, assemble, decoded_span
+from oasr.engine.request import RequestOutput
+from oasr.engine.results import DecodedWindow, assemble, decoded_span, with_words
+from oasr.engine.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
@@ -37,13 +40,12 @@ class _Pending:
     source: str
     duration_s: float
     spans: list[Span]
-    tokens: dict[int, list[int]] = field(default_factory=dict)
-    languages: dict[int, str | None] = field(default_factory=dict)
+    outputs: dict[int, RequestOutput] = field(default_factory=dict)
     audio: list[np.ndarray] = field(default_factory=list)  # the windows' samples, kept only for word timestamps
 
     @property
     def done(self) -> bool:
-        return len(self.tokens) == len(self.spans)
+        return len(self.outputs) == len(self.spans)
 
 
 def describe(item: AudioInput, index: int) -> str:
@@ -88,10 +90,14 @@ class OfflineTranscriber:
     def __init__(self, loaded: LoadedModel, options: TranscribeOptions, config: EngineConfig | None = None) -> None:
         if options.word_timestamps and not getattr(type(loaded.model), "supports_word_timestamps", False):
             raise UnsupportedOptionError(f"{loaded.name} ({loaded.architecture}) cannot give word timestamps")
+        if options.word_timestamps and options.long_form == "sequential":
+            raise UnsupportedOptionError("word timestamps are given in the parallel long-form mode only, for now")
         self.loaded = loaded
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))
-        self.decode_options = DecodeOptions(language=options.language, task=options.task)
+        self.decode_options = DecodeOptions(language=options.language, task=options.task,
+                                            timestamps=options.timestamps, prompt=options.prompt)
+        self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
         self.planner = None
         if options.vad is not None:
@@ -108,6 +114,10 @@ class OfflineTranscriber:
 
     def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
         """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``."""
+        if self.options.long_form == "sequential":
+            decoded = ((index, name, samples) for index, name, samples, _ in self._decoded(inputs))
+            yield from SequentialTranscriber(self.loaded, self.engine, self.options).run(decoded)
+            return
         order: deque[_Pending | Transcription] = deque()
         by_id: dict[str, tuple[_Pending, int]] = {}
 
@@ -127,8 +137,7 @@ class OfflineTranscriber:
 
         for output in self.engine.run(requests()):
             pending, w = by_id.pop(output.request_id)
-            pending.tokens[w] = output.token_ids
-            pending.languages[w] = output.language
+            pending.outputs[w] = output
             yield from self._drain(order)
         yield from self._drain(order)
 
@@ -158,10 +167,11 @@ class OfflineTranscriber:
             yield head if isinstance(head, Transcription) else self._finish(head)
 
     def _finish(self, pending: _Pending) -> Transcription:
-        windows = [
-            decoded_span(self.loaded.tokenizer, i, start, end, pending.tokens[i], pending.languages[i])
-            for i, (start, end) in enumerate(pending.spans)
-        ]
+        windows = []
+        for i, (start, end) in enumerate(pending.spans):
+            out = pending.outputs[i]
+            windows.append(decoded_span(self.loaded.tokenizer, i, start, end, out.token_ids, out.language,
+                                        avg_logprob=out.avg_logprob, no_speech_prob=out.no_speech_prob))
         if self.options.word_timestamps:
             windows = self._with_words(windows, pending.audio)
         return assemble(pending.source, pending.duration_s, windows)
@@ -181,4 +191,4 @@ class OfflineTranscriber:
         ]
         features = self.loaded.features(audio, device=self.loaded.device)
         words = word_timings(self.loaded.model, self.loaded.tokenizer, rows, features=features)
-        return [replace(w, words=tuple(ws)) for w, ws in zip(windows, words, strict=True)]
+        return [with_words(w, tuple(ws)) for w, ws in zip(windows, words, strict=True)]

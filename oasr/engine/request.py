@@ -6,6 +6,8 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from typing import Any
+
 import numpy as np
 
 from oasr.types import DecodeOptions
@@ -40,6 +42,10 @@ class Request:
     request_id: str
     audio: np.ndarray  # 16 kHz mono float32, at most one decoding window
     options: DecodeOptions
+    # Features computed by the caller (a torch.Tensor [n_mels, frames] on the model's device), used instead of
+    # ``audio``'s: sequential long-form slices one log-mel of the whole input as openai-whisper does. Payload
+    # only: the scheduler never looks at it (and this module stays free of torch).
+    features: Any = None
     prompt_len: int = 0  # decoder prompt tokens (set when added: the model decides)
     num_frames: int = 0  # encoder input frames (for the per-step frame cap)
     max_new_tokens: int = 0  # resolved budget of generated tokens
@@ -49,6 +55,8 @@ class Request:
     output_ids: list[int] = field(default_factory=list)
     language: str | None = None
     finish_reason: FinishReason | None = None
+    sum_logprob: float | None = None  # of the output tokens, end-of-text included (families that report them)
+    no_speech_prob: float | None = None  # probability of <|nospeech|> right after <|startoftranscript|>
     # Scheduler bookkeeping.
     arrival_step: int = 0
     num_passed_over: int = 0
@@ -67,6 +75,8 @@ class Request:
         self.block_ids = []
         self.output_ids = []
         self.language = None
+        self.sum_logprob = None
+        self.no_speech_prob = None
         self.num_passed_over = 0
         self.num_preemptions += 1
 
@@ -79,3 +89,12 @@ class RequestOutput:
     finished: bool
     finish_reason: FinishReason | None
     timings: RequestTimings
+    # Log-probability of ``token_ids`` and, once finished by end-of-text, of that token too; None from families
+    # that do not report it.
+    sum_logprob: float | None = None
+    no_speech_prob: float | None = None  # set by families that report it (Whisper)
+
+    @property
+    def avg_logprob(self) -> float | None:
+        """openai-whisper's average: the sum over the tokens and end-of-text, divided by their count."""
+        return None if self.sum_logprob is None else self.sum_logprob / (len(self.token_ids) + 1)

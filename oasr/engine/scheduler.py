@@ -58,12 +58,15 @@ class EncodeResult:
     token_ids: tuple[int, ...]
     language: str | None = None
     finished: bool = False
+    logprobs: tuple[float, ...] = ()  # of each of ``token_ids``, where the family reports them
+    no_speech_prob: float | None = None
 
 
 @dataclass(frozen=True)
 class RunnerOutput:
     encoded: dict[str, EncodeResult] = field(default_factory=dict)
     decoded: dict[str, tuple[int, ...]] = field(default_factory=dict)  # num_decode_steps tokens per row
+    logprobs: dict[str, tuple[float, ...]] = field(default_factory=dict)  # of the decoded tokens, where reported
 
 
 class Scheduler:
@@ -231,16 +234,22 @@ class Scheduler:
             request.timings.encode_end = now
             request.timings.first_token = now
             request.language = encoded.language
-            changed.append(self._accept(request, encoded.token_ids, done=encoded.finished))
+            request.no_speech_prob = encoded.no_speech_prob
+            changed.append(self._accept(request, encoded.token_ids, encoded.logprobs, done=encoded.finished))
         for row in output.decode:
             request = self.requests.get(row.request_id)
             if request is None or request.status is not RequestStatus.RUNNING:
                 continue
-            changed.append(self._accept(request, result.decoded[row.request_id]))
+            logprobs = result.logprobs.get(row.request_id, ())
+            changed.append(self._accept(request, result.decoded[row.request_id], logprobs))
         return changed
 
-    def _accept(self, request: Request, tokens: tuple[int, ...], *, done: bool = False) -> RequestOutput:
-        for token in tokens:
+    def _accept(
+        self, request: Request, tokens: tuple[int, ...], logprobs: tuple[float, ...] = (), *, done: bool = False
+    ) -> RequestOutput:
+        for i, token in enumerate(tokens):
+            if logprobs:
+                request.sum_logprob = (request.sum_logprob or 0.0) + logprobs[i]
             if token == self.eot:
                 return self._finish(request, FinishReason.END_OF_TEXT)
             request.output_ids.append(token)
@@ -270,4 +279,6 @@ class Scheduler:
             finished=request.status in (RequestStatus.FINISHED, RequestStatus.ABORTED),
             finish_reason=request.finish_reason,
             timings=request.timings,
+            sum_logprob=request.sum_logprob,
+            no_speech_prob=request.no_speech_prob,
         )

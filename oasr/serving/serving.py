@@ -49,7 +49,7 @@ from oasr.serving.protocol import (
 from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
-from oasr.types import DecodeOptions, Task, Transcription
+from oasr.types import DecodeOptions, Segment, Task, Transcription
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -190,7 +190,7 @@ class OpenAIServingTranscription:
         if params.temperature > 0:
             raise APIError(400, "Only temperature 0 (greedy decoding) is served; sampling is not implemented yet.",
                            param="temperature", code="unsupported_parameter")
-        language = None
+        language, timestamps = None, False
         if isinstance(params, TranscriptionParams):
             if "word" in params.timestamp_granularities:
                 raise APIError(400, "Word timestamps are not available yet; only 'segment' granularity is.",
@@ -202,7 +202,9 @@ class OpenAIServingTranscription:
                 raise APIError(400, f"stream=true sends text events; response_format must be json or text, not "
                                f"{params.response_format}.", param="stream")
             language = params.language or None
-        options = DecodeOptions(language=language, task=task)
+            # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window).
+            timestamps = "segment" in params.timestamp_granularities
+        options = DecodeOptions(language=language, task=task, timestamps=timestamps)
         try:
             await self.engine.check(options)
         except UnsupportedOptionError as exc:
@@ -293,7 +295,8 @@ class OpenAIServingTranscription:
 
     def _result(self, job: TranscriptionJob, finals: dict[int, RequestOutput]) -> TranscriptionResult:
         window = self.engine.window_samples
-        windows = [decoded_window(self.tokenizer, i, window, job.duration_s, finals[i].token_ids, finals[i].language)
+        windows = [decoded_window(self.tokenizer, i, window, job.duration_s, finals[i].token_ids, finals[i].language,
+                                  avg_logprob=finals[i].avg_logprob, no_speech_prob=finals[i].no_speech_prob)
                    for i in sorted(finals)]
         self.metrics.total_seconds.observe(time.perf_counter() - job.ticket.admitted_at)
         self.metrics.audio_seconds.inc(job.duration_s)
@@ -319,7 +322,10 @@ class OpenAIServingTranscription:
                 language="en" if job.task == "translate" else transcription.language or job.options.language or "",
                 duration=transcription.duration_s,
                 text=transcription.text,
-                segments=[_verbose_segment(i, w) for i, w in enumerate(w for w in result.windows if w.text.strip())],
+                segments=[_timestamped_segment(i, w, seg, self.tokenizer.decode(list(seg.token_ids)))
+                          for i, (w, seg) in enumerate((w, seg) for w in result.windows for seg in w.segments)]
+                if job.options.timestamps
+                else [_verbose_segment(i, w) for i, w in enumerate(w for w in result.windows if w.text.strip())],
                 usage=usage,
             )
             return JSONResponse(body.model_dump(exclude={"usage"} if usage is None else None))
@@ -357,4 +363,21 @@ def _verbose_segment(segment_id: int, window: DecodedWindow) -> VerboseSegment:
         avg_logprob=None,
         compression_ratio=len(text_bytes) / len(zlib.compress(text_bytes)),  # as Whisper computes it
         no_speech_prob=None,
+    )
+
+
+def _timestamped_segment(segment_id: int, window: DecodedWindow, segment: Segment, text: str) -> VerboseSegment:
+    """A segment closed by timestamp tokens, with the decoding details of its window; ``text`` as decoded
+    (leading space kept, as Whisper's segments do)."""
+    return VerboseSegment(
+        id=segment_id,
+        seek=window.start_sample // SAMPLES_PER_FRAME,
+        start=segment.start,
+        end=segment.end,
+        text=text,
+        tokens=list(segment.token_ids),
+        temperature=segment.temperature,
+        avg_logprob=segment.avg_logprob,
+        compression_ratio=segment.compression_ratio,
+        no_speech_prob=segment.no_speech_prob,
     )

@@ -175,7 +175,24 @@ class WhisperForConditionalGeneration(nn.Module):
     ) -> torch.Tensor:
         """tokens, positions: [B, T] -> logits [B, T, vocab] (float32). ``probe`` (opt-in) records the
         cross-attention logits of its heads on the way."""
-        return self.proj_out(self.model.decoder(tokens, positions, cache, cross_k, cross_v, probe))
+        return self.logits(self.decode_hidden(tokens, positions, cache, cross_k, cross_v, probe))
+
+    def decode_hidden(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: SelfAttentionCache,
+        cross_k: torch.Tensor,
+        cross_v: torch.Tensor,
+        probe: CrossAttentionProbe | None = None,
+    ) -> torch.Tensor:
+        """Like ``decode`` but stops before the vocabulary projection: [B, T, d_model]. A long prompt needs
+        logits at a few positions only; projecting all of them would cost [B, T, vocab]."""
+        return self.model.decoder(tokens, positions, cache, cross_k, cross_v, probe)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [..., d_model] -> logits [..., vocab], projected in float32 (``Float32Head``)."""
+        return self.proj_out(hidden)
 
     def forward(self, features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, vocab] for a whole token prefix (tests, scoring)."""

@@ -1,11 +1,24 @@
-"""Whisper's decoder prompt (``<|sot|> [<|lang|> <|task|>] <|notimestamps|>``) and the options a checkpoint serves."""
+"""Whisper's decoder prompt and the options a checkpoint serves.
+
+The prompt is ``[<|startofprev|> previous text...] <|sot|> [<|lang|> <|task|>] [<|notimestamps|>]``: the
+previous text (a user's prompt, or the windows decoded before this one) is optional; language and task tokens
+exist on multilingual checkpoints only; ``<|notimestamps|>`` is there unless the request decodes timestamps.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from oasr.errors import UnsupportedOptionError
 from oasr.models.whisper.config import WhisperConfig
 from oasr.tokenizers.whisper import WhisperTokenizer
 from oasr.types import DecodeOptions
+
+
+@dataclass(frozen=True)
+class WhisperPrompt:
+    token_ids: tuple[int, ...]
+    sot_index: int  # where <|startoftranscript|> is; the no-speech probability is read at that position
 
 
 class WhisperPrompter:
@@ -17,13 +30,14 @@ class WhisperPrompter:
         languages = list(special.language_ids.items())[: config.num_languages]
         self.language_names = [n for n, _ in languages]
         self.language_token_ids = [i for _, i in languages]
-
-    @property
-    def prompt_len(self) -> int:
-        return 4 if self.config.is_multilingual else 2
+        # As openai-whisper: the previous text fills at most half the decoder's positions, <|startofprev|> included.
+        self.max_previous_tokens = config.max_target_positions // 2 - 1
 
     def check(self, options: DecodeOptions) -> None:
         """Refuses what this checkpoint cannot do, naming the option."""
+        bad = [t for t in options.prompt_token_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise UnsupportedOptionError(f"prompt token ids outside {self.name}'s vocabulary: {bad[:5]}")
         if not self.config.is_multilingual:
             if options.language not in (None, "en"):
                 raise UnsupportedOptionError(f"{self.name} is English-only; language {options.language!r} is not available")
@@ -38,8 +52,24 @@ class WhisperPrompter:
     def needs_detection(self, options: DecodeOptions) -> bool:
         return self.config.is_multilingual and options.language is None
 
-    def prompt(self, language: str | None, task: str) -> list[int]:
+    def previous_tokens(self, options: DecodeOptions) -> list[int]:
+        """The text to condition on, as token ids, cut to the newest ``max_previous_tokens``."""
+        if options.prompt:
+            ids = self.tokenizer.encode(" " + options.prompt.strip())
+        else:
+            ids = list(options.prompt_token_ids)
+        return ids[-self.max_previous_tokens :] if ids else []
+
+    def prompt_len(self, options: DecodeOptions) -> int:
+        return len(self.prompt(None, options).token_ids)
+
+    def prompt(self, language: str | None, options: DecodeOptions) -> WhisperPrompt:
+        """The prompt of a request; ``language`` is the one given or detected (ignored on English-only models)."""
         s = self.tokenizer.special
-        if not self.config.is_multilingual:
-            return [s.sot, s.no_timestamps]
-        return [s.sot, self.tokenizer.language_id(language or "en"), self.tokenizer.task_id(task), s.no_timestamps]
+        previous = self.previous_tokens(options)
+        head = [s.sot_prev, *previous] if previous else []
+        sot = [s.sot]
+        if self.config.is_multilingual:
+            sot += [self.tokenizer.language_id(language or "en"), self.tokenizer.task_id(options.task)]
+        tail = [] if options.timestamps else [s.no_timestamps]
+        return WhisperPrompt(token_ids=tuple(head + sot + tail), sot_index=len(head))

@@ -1,0 +1,218 @@
+"""Sequential long-form transcription: openai-whisper's ``transcribe()`` loop, for many inputs at once.
+
+Each input walks its audio one 30 s window at a time. A window starts where the previous one's last complete
+segment ended (its last timestamp), is conditioned on the text decoded so far (``<|startofprev|>``, the newest
+223 tokens), is decoded again at a higher temperature when its text repeats itself or its tokens are
+improbable, and is skipped as silence when ``<|nospeech|>`` is likely. Features are sliced from one log-mel of
+the whole input (openai-whisper normalises over the whole input and zero-pads the last window's features).
+
+Each input has at most one window in the engine; many inputs proceed together, so the engine's batch stays
+full. This is host-side logic: the engine sees ordinary requests carrying features and a prompt.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from oasr.audio import SAMPLE_RATE, audio_duration
+from oasr.engine.engine import ASREngine
+from oasr.engine.request import RequestOutput
+from oasr.engine.results import segment_of
+from oasr.engine.segments import HOP_SAMPLES, compression_ratio, split_window
+from oasr.errors import AudioDecodeError, UnsupportedOptionError
+from oasr.models.loader import LoadedModel
+from oasr.types import DecodeOptions, FallbackOptions, Segment, Transcription, TranscribeOptions
+
+HIGH_TEMPERATURE = 0.5  # text decoded above this is not fed to the next window as a prompt
+
+
+@dataclass(frozen=True)
+class WindowRequest:
+    audio: np.ndarray
+    features: torch.Tensor  # [n_mels, n_frames]
+    options: DecodeOptions
+
+
+def needs_fallback(fallback: FallbackOptions, ratio: float, avg_logprob: float, no_speech_prob: float) -> bool:
+    """openai-whisper's test of a decoded window: too repetitive, or too improbable unless it is silence."""
+    too_repetitive = fallback.compression_ratio_threshold is not None and ratio > fallback.compression_ratio_threshold
+    improbable = fallback.logprob_threshold is not None and avg_logprob < fallback.logprob_threshold
+    # Improbable text where <|nospeech|> is likely is silence, not a failure: no retry, whatever its text.
+    silent = improbable and fallback.no_speech_threshold is not None and no_speech_prob > fallback.no_speech_threshold
+    return (too_repetitive or improbable) and not silent
+
+
+def is_silence(fallback: FallbackOptions, avg_logprob: float, no_speech_prob: float) -> bool:
+    """<|nospeech|> is likely and the text is not confident enough to overrule it."""
+    if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
+        return False
+    return fallback.logprob_threshold is None or avg_logprob <= fallback.logprob_threshold
+
+
+class LongFormCursor:
+    """One input's walk through its audio. ``next_request()`` -> the window to decode (None when done);
+    ``accept(output)`` applies its result and moves the cursor."""
+
+    def __init__(self, source: str, samples: np.ndarray, mel: torch.Tensor, *, loaded: LoadedModel,
+                 options: TranscribeOptions, window_frames: int) -> None:
+        self.source = source
+        self.samples = samples
+        self.mel = mel  # [n_mels, content frames + one window of silence]
+        self.tokenizer = loaded.tokenizer
+        self.options = options
+        self.window_frames = window_frames
+        self.content_frames = mel.shape[-1] - window_frames
+        self.sample_len = loaded.config.max_target_positions // 2
+        self.multilingual = loaded.config.is_multilingual
+        initial = self.tokenizer.encode(" " + options.prompt.strip()) if options.prompt is not None else []
+        self.num_initial = len(initial)
+        self.all_tokens: list[int] = list(initial)
+        self.prompt_reset_since = 0
+        self.segments: list[Segment] = []
+        self.seek = 0
+        self.attempt = 0  # index into the fallback temperatures
+        self.language = options.language if self.multilingual else "en"
+        self._detecting = False
+
+    @property
+    def done(self) -> bool:
+        return self.seek >= self.content_frames
+
+    def _segment_size(self) -> int:
+        return min(self.window_frames, self.content_frames - self.seek)
+
+    def next_request(self) -> WindowRequest | None:
+        if self.done:
+            return None
+        if self.language is None:
+            # openai-whisper detects once, on the first 30 s, then keeps that language for every window.
+            self._detecting = True
+            options = DecodeOptions(task=self.options.task, max_new_tokens=1)
+            return WindowRequest(self.samples[: self.window_frames * HOP_SAMPLES],
+                                 self.mel[:, : self.window_frames], options)
+        size = self._segment_size()
+        features = F.pad(self.mel[:, self.seek : self.seek + size], (0, self.window_frames - size))
+        audio = self.samples[self.seek * HOP_SAMPLES : (self.seek + size) * HOP_SAMPLES]
+        options = DecodeOptions(
+            language=self.language if self.multilingual else None,
+            task=self.options.task,
+            timestamps=True,
+            temperature=self.options.fallback.temperatures[self.attempt],
+            prompt_token_ids=tuple(self.all_tokens[self.prompt_reset_since :]),
+            max_new_tokens=self.sample_len,
+        )
+        return WindowRequest(audio, features, options)
+
+    def accept(self, output: RequestOutput) -> None:
+        if self._detecting:
+            self._detecting = False
+            self.language = output.language
+            return
+        fallback = self.options.fallback
+        tokens = list(output.token_ids)
+        avg_logprob = output.avg_logprob
+        no_speech_prob = output.no_speech_prob if output.no_speech_prob is not None else 0.0
+        ratio = compression_ratio(self.tokenizer.decode(tokens).strip())
+        temperature = fallback.temperatures[self.attempt]
+        if needs_fallback(fallback, ratio, avg_logprob, no_speech_prob) and self.attempt + 1 < len(fallback.temperatures):
+            self.attempt += 1
+            return
+        self.attempt = 0
+        size = self._segment_size()
+        if is_silence(fallback, avg_logprob, no_speech_prob):
+            self.seek += size
+            return
+        split = split_window(tokens, self.tokenizer.special.timestamp_begin, size * HOP_SAMPLES / SAMPLE_RATE)
+        offset_s = self.seek * HOP_SAMPLES / SAMPLE_RATE
+        for span in split.spans:
+            segment = segment_of(self.tokenizer, tokens, span, offset_s, temperature=temperature,
+                                 avg_logprob=avg_logprob, compression_ratio=ratio, no_speech_prob=no_speech_prob)
+            # An instantaneous or empty segment is dropped, and its tokens are not used as a prompt.
+            if segment.start != segment.end and segment.text:
+                self.segments.append(segment)
+                self.all_tokens.extend(segment.token_ids)
+        consumed = split.consumed_frames
+        self.seek += consumed if consumed else size  # a closed timestamp is never at 0: the guard never bites
+        if not self.options.condition_on_previous_text or temperature > HIGH_TEMPERATURE:
+            self.prompt_reset_since = len(self.all_tokens)
+
+    def result(self) -> Transcription:
+        token_ids = self.all_tokens[self.num_initial :]
+        return Transcription(
+            source=self.source,
+            text=self.tokenizer.decode(token_ids).strip(),
+            language=self.language,
+            duration_s=round(audio_duration(self.samples, SAMPLE_RATE), 3),
+            token_ids=token_ids,
+            segments=list(self.segments),
+        )
+
+
+class SequentialTranscriber:
+    def __init__(self, loaded: LoadedModel, engine: ASREngine, options: TranscribeOptions) -> None:
+        if type(loaded.model).decode_family != "aed" or not hasattr(loaded.features, "log_mel"):
+            raise UnsupportedOptionError(f"{loaded.name}: sequential long-form decoding needs a Whisper model")
+        engine.runner.check(DecodeOptions(language=options.language, task=options.task, prompt=options.prompt))
+        self.loaded = loaded
+        self.engine = engine
+        self.options = options
+        self.window_frames = loaded.features.config.n_frames
+        self.max_active = engine.config.scheduler.max_num_seqs
+
+    def whole_mel(self, samples: np.ndarray) -> torch.Tensor:
+        """Log-mel of the input followed by one window of silence, normalised over all of it: [n_mels, frames]."""
+        padded = np.concatenate([samples.astype(np.float32, copy=False), np.zeros(self.window_frames * HOP_SAMPLES, np.float32)])
+        waveform = torch.from_numpy(padded)[None].to(self.loaded.device)
+        return self.loaded.features.log_mel(waveform)[0]
+
+    def run(self, decoded: Iterable[tuple[int, str, np.ndarray | AudioDecodeError]]) -> Iterator[Transcription]:
+        """``decoded``: (index, name, samples or the error that decoding raised), in input order. Yields one
+        result per input, in input order."""
+        order: deque[LongFormCursor | Transcription] = deque()
+        in_engine: dict[str, LongFormCursor] = {}
+        pending = iter(decoded)
+        exhausted = False
+        ids = iter(range(1 << 62))
+        while True:
+            while not exhausted and len(in_engine) < self.max_active:
+                item = next(pending, None)
+                if item is None:
+                    exhausted = True
+                    break
+                _, name, samples = item
+                if isinstance(samples, AudioDecodeError):
+                    order.append(Transcription(source=name, text="", language=None, duration_s=0.0, error=str(samples)))
+                    continue
+                cursor = LongFormCursor(name, samples, self.whole_mel(samples), loaded=self.loaded,
+                                        options=self.options, window_frames=self.window_frames)
+                order.append(cursor)
+                self._submit(cursor, f"lf-{next(ids)}", in_engine)
+            yield from self._drain(order)
+            if not self.engine.has_unfinished():
+                if exhausted:
+                    return
+                continue
+            for output in self.engine.step():
+                if output.finished:
+                    cursor = in_engine.pop(output.request_id)
+                    cursor.accept(output)
+                    self._submit(cursor, f"lf-{next(ids)}", in_engine)
+
+    def _submit(self, cursor: LongFormCursor, request_id: str, in_engine: dict[str, LongFormCursor]) -> None:
+        window = cursor.next_request()
+        if window is None:
+            return
+        self.engine.add_request(window.audio, window.options, request_id=request_id, features=window.features)
+        in_engine[request_id] = cursor
+
+    @staticmethod
+    def _drain(order: deque[LongFormCursor | Transcription]) -> Iterator[Transcription]:
+        while order and (isinstance(order[0], Transcription) or order[0].done):
+            head = order.popleft()
+            yield head if isinstance(head, Transcription) else head.result()
