@@ -67,7 +67,8 @@ class _Stream:
         offset = 0 if delta.finished else len(self.token_ids)  # a finished delta carries every token
         self.token_ids[offset:] = delta.new_token_ids
         return RequestOutput(delta.request_id, list(self.token_ids), delta.language, delta.finished,
-                             delta.finish_reason, delta.timings or RequestTimings(queued=0.0))
+                             delta.finish_reason, delta.timings or RequestTimings(queued=0.0),
+                             delta.sum_logprob, delta.no_speech_prob)
 
 
 class EngineCoreClient:

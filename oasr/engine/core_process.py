@@ -114,7 +114,7 @@ class EngineCore:
             del self._sent[output.request_id]
             # The whole list, from position 0: it is the truth even if a preempted request decoded differently.
             return TokenDelta(output.request_id, tuple(output.token_ids), output.language, True,
-                              output.finish_reason, output.timings)
+                              output.finish_reason, output.timings, output.sum_logprob, output.no_speech_prob)
         if sent is None or len(output.token_ids) <= sent:
             return None
         self._sent[output.request_id] = len(output.token_ids)

@@ -98,6 +98,9 @@ class TokenDelta:
     finished: bool
     finish_reason: FinishReason | None
     timings: RequestTimings | None
+    # What the decode measured, on a finished delta from families that report it (Whisper).
+    sum_logprob: float | None = None
+    no_speech_prob: float | None = None
 
 
 @dataclass(frozen=True)

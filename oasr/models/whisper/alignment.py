@@ -32,7 +32,7 @@ from oasr.models.whisper.words import (
     split_words,
 )
 from oasr.tokenizers.whisper import WhisperTokenizer
-from oasr.types import Task, Word
+from oasr.types import DecodeOptions, Task, Word
 
 SAMPLE_RATE = 16_000
 HOP_LENGTH = 160
@@ -180,7 +180,10 @@ def find_alignments(
     result: list[list[WordTiming]] = [[] for _ in rows]
     if not live:
         return result
-    prompts = [prompter.prompt(rows[i].language, rows[i].task) for i in live]
+    prompts = [
+        prompter.prompt(rows[i].language, DecodeOptions(language=rows[i].language, task=rows[i].task)).token_ids
+        for i in live
+    ]
     max_positions = model.config.max_target_positions
     sequences = []
     for i, prompt in zip(live, prompts, strict=True):
