@@ -77,9 +77,10 @@ def segment_of(tokenizer, token_ids: list[int], span: TokenSpan, offset_s: float
                avg_logprob: float | None = None, compression_ratio: float | None = None,
                no_speech_prob: float | None = None) -> Segment:
     tokens = token_ids[span.start : span.stop]
+    # Times to the millisecond: the window offset and 20 ms steps add up to float noise (134.92000000000002).
     return Segment(
-        start=offset_s + span.start_s,
-        end=offset_s + span.end_s,
+        start=round(offset_s + span.start_s, 3),
+        end=round(offset_s + span.end_s, 3),
         text=tokenizer.decode(tokens).strip(),
         token_ids=tuple(tokens),
         temperature=temperature,
