@@ -103,13 +103,18 @@ def test_serve_with_two_workers_spreads_requests_sums_metrics_and_stops_cleanly(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     server = subprocess.Popen([sys.executable, "-c", _SERVE, str(port)], env=env)
     try:
-        def healthy() -> bool:
+        answered: set[str] = set()
+
+        def both_healthy() -> bool:  # each /health call is a new connection, hashed to one of the listening workers
             try:
-                return httpx.get(f"{url}/health", timeout=5).status_code == 200
+                response = httpx.get(f"{url}/health", timeout=5)
             except httpx.HTTPError:
                 return False
+            if response.status_code == 200:
+                answered.add(response.headers["x-oasr-api-worker"])
+            return answered == {"0", "1"}
 
-        wait_until(healthy, "the server to start")
+        wait_until(both_healthy, "both workers to start")
         processes = _children(server.pid)
         tracker = {p for p in processes if b"resource_tracker" in Path(f"/proc/{p}/cmdline").read_bytes()}
         assert len(processes - tracker) == 3  # the engine core and two workers (and multiprocessing's tracker)

@@ -1,9 +1,12 @@
-"""``oasr serve --api-workers N``: one engine core, N HTTP worker processes on one listening socket.
+"""``oasr serve --api-workers N``: one engine core, N HTTP worker processes on one host:port.
 
 One API process is bound by its interpreter lock (uvicorn, multipart parsing, audio decoding, building
 responses) long before the engine core is busy. Here the main process starts the engine core for N clients
-(``SharedEngineCore``), binds the listening socket, and spawns N workers; each runs the FastAPI app with its own
-``EngineCoreClient`` attached to its own channel of the core, and accepts connections from the shared socket.
+(``SharedEngineCore``) and spawns N workers; each runs the FastAPI app with its own ``EngineCoreClient``
+attached to its own channel of the core, on a listening socket of its own bound to the same host:port with
+SO_REUSEPORT, so that the kernel spreads new connections evenly over the workers (one shared listening socket
+lets whichever worker wakes first take a burst of connections, and keep-alive clients then stay on it).
+The main process holds the port bound (not listening) with SO_REUSEPORT, so that a port in use fails at once.
 
 - A worker's requests are its own: ids carry the worker id, the core answers on that worker's channel, and a
   client's disconnect aborts its request in the core from whichever worker served it.
@@ -57,14 +60,15 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
     previous_handlers = {sig: signal.signal(sig, lambda signum, frame: stop.set())
                          for sig in (signal.SIGINT, signal.SIGTERM)} \
         if threading.current_thread() is threading.main_thread() else {}
-    sock = _listen(host, port)
+    sock = _reuseport_socket(host, port)  # bound, not listening: it reserves the port, takes no connections
     core = SharedEngineCore(spec, api_workers)
     workers: list[multiprocessing.process.BaseProcess] = []
     try:
         context = multiprocessing.get_context("spawn")
         for worker_id, channel in enumerate(core.channels):
             worker = context.Process(target=_worker_main, name=f"oasr-api-worker-{worker_id}",
-                                     args=(spec, channel, core.pid, worker_id, settings, sock, max_waiting, level))
+                                     args=(spec, channel, core.pid, worker_id, settings, host, port, max_waiting,
+                                           level))
             worker.start()
             workers.append(worker)
         log.info("serving %s on http://%s:%d with %d API workers", settings.served_model_name, host, port,
@@ -85,13 +89,16 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
             signal.signal(sig, handler)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _reuseport_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
-    sock.set_inheritable(True)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
@@ -125,9 +132,9 @@ def _stop_workers(workers: list[multiprocessing.process.BaseProcess]) -> None:
             worker.join()
 
 
-def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerSettings, sock: socket.socket,
+def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerSettings, host: str, port: int,
                  max_waiting: int, level: int) -> None:
-    """One API worker: the app on its own client of the shared core, served from the shared socket."""
+    """One API worker: the app on its own client of the shared core, listening on the shared port."""
     import uvicorn
 
     from oasr.engine.core_client import EngineCoreClient
@@ -143,7 +150,12 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
                                 log_level=logging.getLevelName(level).lower())
         server = uvicorn.Server(config)
         threading.Thread(target=_watch_parent, args=(parent, server), name="oasr-parent-watch", daemon=True).start()
-        server.run(sockets=[sock])
+        sock = _reuseport_socket(host, port)
+        sock.listen(2048)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
     finally:
         engine.shutdown()
 
