@@ -68,6 +68,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
                    help="run the engine in a process of its own (default) or on a thread of the server's process")
+    p.add_argument("--api-workers", type=int, default=1,
+                   help="HTTP worker processes sharing the one engine core (process mode); --max-queue holds per "
+                   "worker")
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -132,11 +135,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_in_flight=args.max_queue,
             request_timeout_s=args.request_timeout_s,
         )
+        if args.api_workers < 1 or (args.api_workers > 1 and args.engine_mode != "process"):
+            raise ValueError(f"--api-workers must be >= 1, and 1 with --engine-mode thread (got {args.api_workers})")
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
     serve(args.model, settings, host=args.host, port=args.port, device=args.device,
-          dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode)
+          dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode,
+          api_workers=args.api_workers)
     return 0
 
 

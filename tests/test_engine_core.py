@@ -138,3 +138,33 @@ def test_batch_size_counts_are_cumulative_per_bound():
     assert counts.bounds == (1, 2, 4, 8)
     assert counts.cumulative == (2, 2, 4, 5)  # 9 rows fall only in +Inf
     assert (counts.num_steps, counts.num_rows) == (6, 23)  # steps of size 0 are not steps of this walk
+
+
+def test_two_clients_hear_only_their_own_requests_and_either_can_abort(core, jfk):
+    # Client 1 adds a long request and a bad one, client 0 a normal one; both ask an option check.
+    core.handle(AddRequest("w1-long", DecodeOptions(min_new_tokens=200), partial=True), jfk, client=1)
+    core.handle(AddRequest("w1-bad", DecodeOptions(), partial=False), np.zeros(31 * 16_000, np.float32), client=1)
+    core.handle(AddRequest("w0-fine", DecodeOptions(), partial=False), jfk, client=0)
+    core.handle(CheckOptions(3, DecodeOptions(language="de")), client=0)
+    core.handle(CheckOptions(3, DecodeOptions(language="en")), client=1)
+    first = core.step_all(2)
+    assert [f.request_id for f in first[1].failures] == ["w1-bad"] and not first.get(0, CoreUpdate()).failures
+    assert [c.error is None for c in first[0].checks] == [False] and [c.error for c in first[1].checks] == [None]
+    assert first[0].stats == first[1].stats is not None  # changed stats reach every client
+    heard: dict[int, set[str]] = {0: set(), 1: set()}
+    finished = set()
+    for update in first.items():
+        heard[update[0]] |= {d.request_id for d in update[1].deltas}
+    for _ in range(500):
+        updates = core.step_all(2)
+        for client, update in updates.items():
+            heard[client] |= {d.request_id for d in update.deltas}
+            finished |= {d.request_id for d in update.deltas if d.finished}
+        if "w0-fine" in finished and "w1-long" in heard[1]:
+            break
+    assert heard == {0: {"w0-fine"}, 1: {"w1-long"}}
+    assert "w1-long" not in finished  # 200 tokens at least: still decoding
+    core.handle(AbortRequests(("w1-long",)), client=1)
+    updates = core.step_all(2)
+    assert not any(d.request_id == "w1-long" for u in updates.values() for d in u.deltas)
+    assert not core.engine.has_unfinished() and core.engine.stats().kv_blocks_used == 0

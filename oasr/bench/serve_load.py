@@ -4,7 +4,7 @@ concurrency level (closed loop: every client sends its next request when the las
 engine runs in-process on the same clips, 64 requests at a time (and all at once), with no HTTP in between.
 
     python -m oasr.bench.serve_load --model tiny.en --manifest shared/data/speech/manifest.jsonl \\
-        --concurrency 1 8 32 64 --engine-mode process thread
+        --concurrency 1 8 32 64 --engine-mode process thread --api-workers 1 8
 
 Clients run in several processes (``--client-processes``) so that the load generator is not what limits the
 server. Each level sends ``--requests-per-client`` requests per client (at least 64, at most ``--requests``);
@@ -169,11 +169,18 @@ def _tail(path: Path, num_chars: int = 4000) -> str:
     return path.read_text(errors="replace")[-num_chars:] if path.exists() else ""
 
 
-def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: ProcessPoolExecutor) -> list[dict]:
+def server_label(mode: str, api_workers: int) -> str:
+    return mode if api_workers == 1 else f"{mode}/{api_workers}w"
+
+
+def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: ProcessPoolExecutor,
+                 api_workers: int = 1) -> list[dict]:
     url = f"http://127.0.0.1:{args.port}"
-    log_path = Path(tempfile.gettempdir()) / f"oasr-serve-load-{mode}.log"
+    label = server_label(mode, api_workers)
+    log_path = Path(tempfile.gettempdir()) / f"oasr-serve-load-{label.replace('/', '-')}.log"
     command = [sys.executable, "-m", "oasr.cli", "serve", "--model", args.model, "--port", str(args.port),
-               "--device", args.device, "--max-queue", "4096", "--engine-mode", mode]
+               "--device", args.device, "--max-queue", "4096", "--engine-mode", mode,
+               "--api-workers", str(api_workers)]
     print(f"# server ({mode} engine): {' '.join(command[1:])}; log {log_path}", flush=True)
     with log_path.open("w") as log:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
@@ -191,7 +198,7 @@ def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: P
             after = _server_cpu(server.pid)
             if before and after:
                 row["cores_busy"] = {k: round((after[k] - before[k]) / row["wall_s"], 2) for k in before}
-            rows.append({"engine_mode": mode, **row})
+            rows.append({"engine_mode": label, "api_workers": api_workers, **row})
             print(json.dumps(rows[-1]), flush=True)
     finally:
         server.send_signal(signal.SIGINT)
@@ -235,6 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--engine-mode", nargs="+", default=["process"], choices=("process", "thread"),
                         help="server engine modes to load, one server after the other")
+    parser.add_argument("--api-workers", type=int, nargs="+", default=[1],
+                        help="HTTP worker processes per server (oasr serve --api-workers), one server per count")
     parser.add_argument("--requests", type=int, default=2048, help="most requests in one level")
     parser.add_argument("--requests-per-client", type=int, default=32)
     parser.add_argument("--client-processes", type=int, default=4)
@@ -246,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     clips = read_clips(args.manifest)
     with ProcessPoolExecutor(args.client_processes, mp_context=get_context("spawn")) as pool:
-        server = [row for mode in args.engine_mode for row in bench_server(args, mode, clips, pool)]
+        configs = [(mode, n) for mode in args.engine_mode for n in args.api_workers if mode == "process" or n == 1]
+        server = [row for mode, n in configs for row in bench_server(args, mode, clips, pool, n)]
     summary: dict = {"model": args.model, "clips": len(clips), "server": server}
     if not args.skip_offline:
         offline_requests = min(args.requests, max(64, args.requests_per_client * 64))

@@ -5,6 +5,11 @@ ZeroMQ PUSH/PULL sockets on IPC paths in a private temporary directory. Callers 
 (tests run several servers on one client) send from their loop; one receiver thread reads the core's updates
 and hands each loop its outputs in one callback per update. When the core process exits, every waiting
 request fails at once with ``EngineDeadError`` and the client reports itself dead.
+
+With several HTTP worker processes (``oasr serve --api-workers N``) the main process starts one core for N
+clients (``SharedEngineCore``) and each worker attaches an ``EngineCoreClient`` to its own channel
+(``EngineCoreClient.attach``); an attached client prefixes its request ids with its worker id, sees the core's
+death by its process id, and leaves stopping the core to the main process.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
+import os
 import shutil
 import tempfile
 import threading
@@ -57,6 +63,74 @@ class EngineStartupError(OASRError):
     """The engine core could not load its model or start its loop."""
 
 
+@dataclass(frozen=True)
+class CoreChannel:
+    """One client's two sockets to a core: the client binds both, the core connects."""
+
+    input_address: str
+    output_address: str
+
+
+class SharedEngineCore:
+    """A core process for several clients, owned by the process that starts it (the main ``oasr serve``
+    process with ``--api-workers N``): pass ``channels[i]`` and ``pid`` to worker i's ``EngineCoreClient.attach``."""
+
+    def __init__(self, spec: EngineCoreSpec, num_clients: int) -> None:
+        if num_clients < 1:
+            raise ValueError(f"a shared engine core needs at least one client, got {num_clients}")
+        self.spec = spec
+        self.directory = tempfile.mkdtemp(prefix="oasr-core-")  # mode 0700: no other user reaches the sockets
+        self.channels = tuple(CoreChannel(f"ipc://{self.directory}/input-{i}", f"ipc://{self.directory}/output-{i}")
+                              for i in range(num_clients))
+        self.process = _spawn_core(spec, self.channels)
+
+    @property
+    def pid(self) -> int:
+        assert self.process.pid is not None
+        return self.process.pid
+
+    def stop(self) -> None:
+        """Terminates the core (its clients see it gone and fail what they wait for) and removes its sockets."""
+        if self.process.is_alive():
+            self.process.terminate()
+        _join_or_kill(self.process)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _spawn_core(spec: EngineCoreSpec, channels: tuple[CoreChannel, ...]) -> multiprocessing.process.BaseProcess:
+    pairs = tuple((c.input_address, c.output_address) for c in channels)
+    process = multiprocessing.get_context("spawn").Process(
+        target=run_engine_core, args=(spec, pairs), name="oasr-engine-core", daemon=True)
+    process.start()
+    return process
+
+
+def _join_or_kill(process: multiprocessing.process.BaseProcess) -> None:
+    process.join(timeout=STOP_WAIT_S)
+    if process.is_alive():
+        log.warning("the engine core did not stop in %g s; terminating it", STOP_WAIT_S)
+        process.terminate()
+        process.join(timeout=STOP_WAIT_S)
+    if process.is_alive():
+        process.kill()
+        process.join()
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped by its parent, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 @dataclass
 class _Stream:
     loop: asyncio.AbstractEventLoop
@@ -72,9 +146,13 @@ class _Stream:
 
 
 class EngineCoreClient:
-    def __init__(self, spec: EngineCoreSpec, *, max_waiting: int = 1024, startup_timeout_s: float = 1800.0) -> None:
+    def __init__(self, spec: EngineCoreSpec, *, max_waiting: int = 1024, startup_timeout_s: float = 1800.0,
+                 _shared: tuple[CoreChannel, int, str] | None = None) -> None:
+        """Starts a core of its own for ``spec``; ``attach`` instead joins a ``SharedEngineCore``."""
         self.max_waiting = max_waiting
-        self._directory = tempfile.mkdtemp(prefix="oasr-core-")  # mode 0700: no other user reaches the sockets
+        # An own core: this client starts and stops it. A shared one: (channel, core pid, request-id prefix).
+        self._owns_core = _shared is None
+        self._directory = tempfile.mkdtemp(prefix="oasr-core-") if _shared is None else None
         self._context = zmq.Context()
         self._to_core = self._context.socket(zmq.PUSH)
         self._to_core.setsockopt(zmq.SNDHWM, 0)  # admission (max_waiting) bounds what is queued
@@ -82,12 +160,15 @@ class EngineCoreClient:
         self._from_core = self._context.socket(zmq.PULL)
         self._from_core.setsockopt(zmq.RCVHWM, 0)
         self._from_core.setsockopt(zmq.LINGER, 0)
-        input_address, output_address = f"ipc://{self._directory}/input", f"ipc://{self._directory}/output"
-        self._to_core.bind(input_address)
-        self._from_core.bind(output_address)
-        self._process = multiprocessing.get_context("spawn").Process(
-            target=run_engine_core, args=(spec, input_address, output_address), name="oasr-engine-core", daemon=True)
-        self._process.start()
+        if _shared is None:
+            channel = CoreChannel(f"ipc://{self._directory}/input", f"ipc://{self._directory}/output")
+            self._id_prefix = "core-"
+        else:
+            channel, core_pid, self._id_prefix = _shared
+        self._to_core.bind(channel.input_address)
+        self._from_core.bind(channel.output_address)
+        self._process = _spawn_core(spec, (channel,)) if _shared is None else None
+        self._core_pid = self._process.pid if self._process is not None else core_pid
         try:
             self.info = self._wait_ready(spec, startup_timeout_s)
         except BaseException:
@@ -107,6 +188,14 @@ class EngineCoreClient:
         self._receiver = threading.Thread(target=self._receive_loop, name="oasr-core-receiver", daemon=True)
         self._receiver.start()
 
+    @classmethod
+    def attach(cls, spec: EngineCoreSpec, channel: CoreChannel, core_pid: int, worker_id: int, *,
+               max_waiting: int = 1024, startup_timeout_s: float = 1800.0) -> EngineCoreClient:
+        """A client of a ``SharedEngineCore`` (started elsewhere with ``spec``) on its channel ``channel``;
+        its request ids start with ``w<worker_id>-`` so they never collide with another worker's."""
+        return cls(spec, max_waiting=max_waiting, startup_timeout_s=startup_timeout_s,
+                   _shared=(channel, core_pid, f"w{worker_id}-"))
+
     # ------------------------------------------------------------------ the engine-client interface
 
     @property
@@ -115,12 +204,12 @@ class EngineCoreClient:
 
     @property
     def alive(self) -> bool:
-        return self._error is None and self._process.is_alive()
+        return self._error is None and self._core_alive()
 
     @property
     def pid(self) -> int | None:
         """The engine core's process id."""
-        return self._process.pid
+        return self._core_pid
 
     @property
     def num_in_flight(self) -> int:
@@ -162,7 +251,7 @@ class EngineCoreClient:
             self._raise_if_dead()
             if len(self._streams) >= self.max_waiting:
                 raise EngineOverloadedError(f"{len(self._streams)} requests in flight; try again later")
-            request_id = f"core-{next(self._ids)}"
+            request_id = f"{self._id_prefix}{next(self._ids)}"
             self._streams[request_id] = stream
         finished = False
         try:
@@ -182,23 +271,28 @@ class EngineCoreClient:
                 self._send(AbortRequests((request_id,)))
 
     def shutdown(self) -> None:
-        """Stops the core (asking first, then terminating) and the receiver; waiting requests fail."""
+        """Stops the core (asking first, then terminating) and the receiver; waiting requests fail. An attached
+        client aborts its own requests instead and leaves the shared core running."""
         if self._closing.is_set():
             return
         self._closing.set()
-        if self._process.is_alive():
-            self._send(StopCore())
+        if self._core_alive():
+            if self._owns_core:
+                self._send(StopCore())
+            elif self._streams:
+                self._send(AbortRequests(tuple(self._streams)))
         self._stop_process()
-        self._receiver.join(timeout=RECEIVE_POLL_MS / 1000 * 5)
+        self._receiver.join(timeout=STOP_WAIT_S)  # it wakes every RECEIVE_POLL_MS; a busy machine may be slow
         self._fail_all("the engine core was shut down")
+        if self._receiver.is_alive():  # closing sockets under its poll would abort the process: leave them
+            log.warning("the engine-core receiver did not stop; leaving its sockets open")
+            return
         self._close_sockets()
 
     # ------------------------------------------------------------------ start and stop
 
     def _wait_ready(self, spec: EngineCoreSpec, timeout_s: float) -> EngineInfo:
-        poller = zmq.Poller()
-        poller.register(self._from_core, zmq.POLLIN)
-        poller.register(self._process.sentinel, zmq.POLLIN)
+        poller = self._poller()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             events = dict(poller.poll(1000))
@@ -208,27 +302,38 @@ class EngineCoreClient:
                     return message.info
                 if isinstance(message, CoreFailed):
                     raise EngineStartupError(f"the engine could not start {spec.model}: {message.message}")
-            elif events:
-                self._process.join(timeout=5)
-                raise EngineStartupError(f"the engine core exited with code {self._process.exitcode} while "
-                                         f"starting {spec.model}")
+            elif events or not self._core_alive():
+                raise EngineStartupError(f"the engine core {self._exit_description()} while starting {spec.model}")
         raise EngineStartupError(f"the engine core did not start {spec.model} within {timeout_s:g} s")
 
+    def _poller(self) -> zmq.Poller:
+        poller = zmq.Poller()
+        poller.register(self._from_core, zmq.POLLIN)
+        if self._process is not None:
+            poller.register(self._process.sentinel, zmq.POLLIN)
+        return poller
+
+    def _core_alive(self) -> bool:
+        if self._process is not None:
+            return self._process.is_alive()
+        return self._core_pid is not None and _pid_alive(self._core_pid)
+
+    def _exit_description(self) -> str:
+        if self._process is None:
+            return f"process {self._core_pid} exited"
+        self._process.join(timeout=5)
+        return f"exited with code {self._process.exitcode}"
+
     def _stop_process(self) -> None:
-        self._process.join(timeout=STOP_WAIT_S)
-        if self._process.is_alive():
-            log.warning("the engine core did not stop in %g s; terminating it", STOP_WAIT_S)
-            self._process.terminate()
-            self._process.join(timeout=STOP_WAIT_S)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        if self._process is not None:
+            _join_or_kill(self._process)
 
     def _close_sockets(self) -> None:
         self._to_core.close()
         self._from_core.close()
         self._context.term()
-        shutil.rmtree(self._directory, ignore_errors=True)
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
 
     # ------------------------------------------------------------------ sending (any event loop's thread)
 
@@ -244,17 +349,17 @@ class EngineCoreClient:
     # ------------------------------------------------------------------ receiving (the receiver thread)
 
     def _receive_loop(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._from_core, zmq.POLLIN)
-        poller.register(self._process.sentinel, zmq.POLLIN)
+        poller = self._poller()
         while not self._closing.is_set():
             events = dict(poller.poll(RECEIVE_POLL_MS))
-            if not events:
+            if events:
+                reason = self._drain()
+                if reason is None and self._process is not None and self._process.sentinel in events:
+                    reason = f"the engine core process {self._exit_description()}"
+            elif self._process is not None or self._core_alive():
                 continue
-            reason = self._drain()
-            if reason is None and self._process.sentinel in events:
-                self._process.join(timeout=5)
-                reason = f"the engine core process exited with code {self._process.exitcode}"
+            else:  # a shared core, watched by its process id (its sentinel belongs to the main process)
+                reason = f"the engine core {self._exit_description()}"
             if reason is not None:
                 if not self._closing.is_set():
                     log.error("engine unavailable: %s", reason)

@@ -2,8 +2,12 @@
 requests from the API process and handing back tokens, so that nothing the HTTP server does (parsing uploads,
 decoding audio, answering) competes with the step loop for one interpreter lock.
 
-Each loop iteration drains every message waiting on the input socket, runs one engine step, and sends one
+Each loop iteration drains every message waiting on the input sockets, runs one engine step, and sends one
 ``CoreUpdate`` with everything that came of both (new tokens, failures, option checks, changed stats).
+
+One core serves one or more clients (``oasr serve --api-workers N``: one per HTTP worker process), each over a
+channel of its own (an input and an output socket). The core remembers which client added each request and
+sends its tokens, failures and option checks to that client only; changed stats go to every client.
 """
 
 from __future__ import annotations
@@ -49,8 +53,9 @@ class EngineCore:
         self.engine = engine
         # Tokens already sent per live request; None for one that only wants its finished result.
         self._sent: dict[str, int | None] = {}
-        self._failures: list[RequestFailed] = []
-        self._checks: list[CheckResult] = []
+        self._owner: dict[str, int] = {}  # live request -> the client (channel index) that added it
+        self._failures: list[tuple[int, RequestFailed]] = []
+        self._checks: list[tuple[int, CheckResult]] = []
         self._last_stats: EngineStats | None = None
 
     def info(self) -> EngineInfo:
@@ -59,52 +64,71 @@ class EngineCore:
         return EngineInfo(loaded.name, str(loaded.device), self.engine.runner.window_samples, loaded.tokenizer,
                           self._last_stats)
 
-    def handle(self, message: object, audio: np.ndarray | None = None) -> bool:
-        """Acts on one message; returns False for ``StopCore``."""
+    def handle(self, message: object, audio: np.ndarray | None = None, client: int = 0) -> bool:
+        """Acts on one message from ``client``; returns False for ``StopCore``. Request ids must be unique
+        across clients (each client prefixes its own)."""
         if isinstance(message, AddRequest):
-            self._add(message, audio)
+            self._add(message, audio, client)
         elif isinstance(message, AbortRequests):
             for request_id in message.request_ids:
                 self._sent.pop(request_id, None)
+                self._owner.pop(request_id, None)
                 self.engine.abort(request_id)
         elif isinstance(message, CheckOptions):
             try:
                 self.engine.runner.check(message.options)
-                self._checks.append(CheckResult(message.call_id, None))
+                self._checks.append((client, CheckResult(message.call_id, None)))
             except UnsupportedOptionError as exc:
-                self._checks.append(CheckResult(message.call_id, str(exc)))
+                self._checks.append((client, CheckResult(message.call_id, str(exc))))
         elif isinstance(message, StopCore):
             return False
         else:
             raise TypeError(f"unexpected message {type(message).__name__}")
         return True
 
-    def _add(self, message: AddRequest, audio: np.ndarray | None) -> None:
+    def _add(self, message: AddRequest, audio: np.ndarray | None, client: int) -> None:
         if audio is None:
             raise TypeError("AddRequest without its audio frame")
         try:
             self.engine.add_request(audio, message.options, request_id=message.request_id)
         except UnsupportedOptionError as exc:
-            self._failures.append(RequestFailed(message.request_id, UNSUPPORTED_OPTION, str(exc)))
+            self._failures.append((client, RequestFailed(message.request_id, UNSUPPORTED_OPTION, str(exc))))
             return
         except OASRError as exc:
-            self._failures.append(RequestFailed(message.request_id, INVALID_REQUEST, str(exc)))
+            self._failures.append((client, RequestFailed(message.request_id, INVALID_REQUEST, str(exc))))
             return
         self._sent[message.request_id] = 0 if message.partial else None
+        self._owner[message.request_id] = client
 
     def step(self) -> CoreUpdate | None:
-        """Runs one engine step if there is work; returns what the API process has to hear, if anything."""
+        """One step for a core with a single client (client 0): what it has to hear, if anything."""
+        return self.step_all(1).get(0)
+
+    def step_all(self, num_clients: int) -> dict[int, CoreUpdate]:
+        """Runs one engine step if there is work; returns what each client has to hear (clients with nothing
+        to hear are left out). Changed stats go to every one of the ``num_clients`` clients."""
         outputs = self.engine.step() if self.engine.has_unfinished() else []
-        deltas = tuple(d for d in map(self._delta, outputs) if d is not None)
+        deltas: dict[int, list[TokenDelta]] = {}
+        for output in outputs:
+            client = self._owner.get(output.request_id, 0)
+            delta = self._delta(output)
+            if delta is not None:
+                deltas.setdefault(client, []).append(delta)
         stats = self.engine.stats()
         changed = stats if stats != self._last_stats else None
         self._last_stats = stats
-        if not (deltas or self._failures or self._checks or changed):
-            return None
-        update = CoreUpdate(deltas, tuple(self._failures), tuple(self._checks), changed)
+        clients = set(deltas) | {c for c, _ in self._failures} | {c for c, _ in self._checks}
+        if changed is not None:
+            clients |= set(range(num_clients))
+        updates = {
+            client: CoreUpdate(tuple(deltas.get(client, ())),
+                               tuple(f for c, f in self._failures if c == client),
+                               tuple(r for c, r in self._checks if c == client), changed)
+            for client in sorted(clients)
+        }
         self._failures.clear()
         self._checks.clear()
-        return update
+        return updates
 
     def _delta(self, output: RequestOutput) -> TokenDelta | None:
         if output.request_id not in self._sent:
@@ -112,6 +136,7 @@ class EngineCore:
         sent = self._sent[output.request_id]
         if output.finished:
             del self._sent[output.request_id]
+            self._owner.pop(output.request_id, None)
             # The whole list, from position 0: it is the truth even if a preempted request decoded differently.
             return TokenDelta(output.request_id, tuple(output.token_ids), output.language, True,
                               output.finish_reason, output.timings, output.sum_logprob, output.no_speech_prob)
@@ -121,38 +146,51 @@ class EngineCore:
         return TokenDelta(output.request_id, tuple(output.token_ids[sent:]), output.language, False, None, None)
 
 
-def run_engine_core(spec: EngineCoreSpec, input_address: str, output_address: str) -> None:
-    """The core process's entry point (started with multiprocessing's 'spawn', so CUDA can be initialised)."""
+def run_engine_core(spec: EngineCoreSpec, channels: tuple[tuple[str, str], ...]) -> None:
+    """The core process's entry point (started with multiprocessing's 'spawn', so CUDA can be initialised).
+    ``channels`` holds one (input address, output address) pair per client; the clients bind, the core
+    connects."""
     # Ctrl-C in a terminal reaches the whole process group; the API process decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=spec.log_level, format="%(levelname)s %(name)s [engine core]: %(message)s")
     parent = os.getppid()
     context = zmq.Context()
-    inbox = context.socket(zmq.PULL)
-    outbox = context.socket(zmq.PUSH)
-    for sock in (inbox, outbox):
-        sock.setsockopt(zmq.RCVHWM if sock is inbox else zmq.SNDHWM, 0)  # admission bounds what is in flight
-        sock.setsockopt(zmq.LINGER, 5000)  # a last CoreFailed still gets out
-    inbox.connect(input_address)
-    outbox.connect(output_address)
+    inboxes, outboxes = [], []
+    for input_address, output_address in channels:
+        inbox = context.socket(zmq.PULL)
+        outbox = context.socket(zmq.PUSH)
+        inbox.setsockopt(zmq.RCVHWM, 0)  # admission bounds what is in flight
+        outbox.setsockopt(zmq.SNDHWM, 0)
+        outbox.setsockopt(zmq.LINGER, 5000)  # a last CoreFailed still gets out
+        inbox.connect(input_address)
+        outbox.connect(output_address)
+        inboxes.append(inbox)
+        outboxes.append(outbox)
+
+    def tell_all(message: object) -> None:
+        for outbox in outboxes:
+            outbox.send(dumps(message))
+
     try:
         try:
             core = EngineCore(_build_engine(spec))
         except BaseException as exc:
-            outbox.send(dumps(CoreFailed(_describe(exc))))
+            tell_all(CoreFailed(_describe(exc)))
             if not isinstance(exc, OASRError):
                 log.exception("engine core failed to start")
             sys.exit(1)
-        outbox.send(dumps(CoreReady(core.info())))
+        tell_all(CoreReady(core.info()))
         try:
-            _serve(core, inbox, outbox, parent)
-        except BaseException as exc:  # the API process fails every waiting request when it sees this (or our exit)
+            _serve(core, inboxes, outboxes, parent)
+        except BaseException as exc:  # every client fails its waiting requests when it sees this (or our exit)
             log.exception("engine core stopped")
-            outbox.send(dumps(CoreFailed(_describe(exc))))
+            tell_all(CoreFailed(_describe(exc)))
             sys.exit(1)
     finally:
-        inbox.close(linger=0)
-        outbox.close()
+        for inbox in inboxes:
+            inbox.close(linger=0)
+        for outbox in outboxes:
+            outbox.close()
         context.term()
 
 
@@ -168,22 +206,23 @@ def _build_engine(spec: EngineCoreSpec) -> ASREngine:
     return ASREngine(loaded, spec.config)
 
 
-def _serve(core: EngineCore, inbox: zmq.Socket, outbox: zmq.Socket, parent: int) -> None:
+def _serve(core: EngineCore, inboxes: list[zmq.Socket], outboxes: list[zmq.Socket], parent: int) -> None:
     poller = zmq.Poller()
-    poller.register(inbox, zmq.POLLIN)
+    for inbox in inboxes:
+        poller.register(inbox, zmq.POLLIN)
     while True:
-        if poller.poll(0 if core.engine.has_unfinished() else IDLE_POLL_MS):
-            while True:  # every message waiting now: a burst of requests joins the next step together
+        ready = dict(poller.poll(0 if core.engine.has_unfinished() else IDLE_POLL_MS))
+        for client, inbox in enumerate(inboxes):
+            while inbox in ready:  # every message waiting now: a burst of requests joins the next step together
                 try:
                     frames = inbox.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
                 audio = np.frombuffer(frames[1].buffer, dtype=np.float32).copy() if len(frames) > 1 else None
-                if not core.handle(loads(frames[0].buffer), audio):
+                if not core.handle(loads(frames[0].buffer), audio, client):
                     return
-        update = core.step()
-        if update is not None:
-            outbox.send(dumps(update), copy=False)
+        for client, update in core.step_all(len(outboxes)).items():
+            outboxes[client].send(dumps(update), copy=False)
         if os.getppid() != parent:
             log.warning("the API process is gone; the engine core stops")
             return

@@ -99,9 +99,18 @@ def start_engine(model: str, *, mode: str = "process", device: str = "auto", dty
 
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
-          dtype: str | None = None, engine_mode: str = "process") -> None:
-    """Starts the engine for ``model`` and serves until interrupted; the engine stops with the server."""
+          dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1) -> None:
+    """Starts the engine for ``model`` and serves until interrupted; the engine stops with the server.
+    ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode)."""
     import uvicorn
+
+    if api_workers > 1:
+        if engine_mode != "process":
+            raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
+        from oasr.serving.workers import serve_workers
+
+        serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype)
+        return
 
     engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
     try:

@@ -3,15 +3,22 @@
 HTTP requests are counted by route and status in a small ASGI middleware; latencies and audio seconds are
 observed by the serving logic; engine numbers (queue, running rows, KV blocks, the batch sizes of its steps)
 are read from ``EngineClient.stats()`` when Prometheus scrapes, so nothing has to keep them in step.
+
+With several API worker processes (``oasr serve --api-workers N``) the main process sets
+``PROMETHEUS_MULTIPROC_DIR``: every worker's HTTP counters, histograms and in-flight gauge go to files there
+and any worker's /metrics sums them over all workers (prometheus_client's multiprocess mode); the engine
+numbers come from the one shared engine core, so any worker reports them whole.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,6 +29,8 @@ from oasr.serving.engine_client import EngineClient
 # Seconds: from well under a GPU step to a long file on a busy CPU.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0, 600.0)
 _UNMATCHED_ROUTE = "unmatched"  # unknown paths share one label, so scanners cannot grow the label set
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_IN_FLIGHT = ("oasr_http_requests_in_flight", "Transcription requests admitted and not yet answered")
 
 
 class ServerMetrics:
@@ -40,22 +49,37 @@ class ServerMetrics:
                                        buckets=LATENCY_BUCKETS, registry=self.registry)
         self.audio_seconds = Counter("oasr_audio_seconds", "Seconds of audio transcribed",
                                      registry=self.registry)
-        self.registry.register(_EngineCollector(engine, num_in_flight))
+        self._multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        # One of several workers: its in-flight count is a gauge the workers' files sum; alone, it is read live.
+        self._in_flight = Gauge(*_IN_FLIGHT, multiprocess_mode="livesum", registry=self.registry) \
+            if self._multiprocess else None
+        self._engine_collector = _EngineCollector(engine, None if self._multiprocess else num_in_flight)
+        if not self._multiprocess:
+            self.registry.register(self._engine_collector)
+
+    def in_flight_changed(self, num_in_flight: int) -> None:
+        if self._in_flight is not None:
+            self._in_flight.set(num_in_flight)
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        if not self._multiprocess:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        registry = CollectorRegistry()  # every worker's counters and histograms, summed; the core's numbers
+        MultiProcessCollector(registry)
+        registry.register(self._engine_collector)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
 class _EngineCollector(Collector):
-    def __init__(self, engine: EngineClient, num_in_flight: Callable[[], int]) -> None:
+    def __init__(self, engine: EngineClient, num_in_flight: Callable[[], int] | None) -> None:
         self._engine = engine
         self._num_in_flight = num_in_flight
 
     def collect(self) -> Iterator[Metric]:
         stats = self._engine.stats()
+        if self._num_in_flight is not None:
+            yield GaugeMetricFamily(*_IN_FLIGHT, value=self._num_in_flight())
         values = (
-            ("oasr_http_requests_in_flight", "Transcription requests admitted and not yet answered",
-             self._num_in_flight()),
             ("oasr_engine_requests_running", "Engine requests (30 s windows) holding decode rows; the decode "
              "batch size", stats.num_running),
             ("oasr_engine_requests_waiting", "Engine requests (30 s windows) queued for encoding",

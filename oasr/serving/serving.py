@@ -72,22 +72,26 @@ class Ticket:
         if not self._released:
             self._released = True
             self._admission.num_in_flight -= 1
+            self._admission.on_change(self._admission.num_in_flight)
 
 
 class Admission:
     """Transcription requests being served. Past ``limit`` new ones are refused at once (429 with
     Retry-After), before their upload is read, instead of queueing without bound. Used on the event loop only."""
 
-    def __init__(self, limit: int, retry_after_s: int) -> None:
+    def __init__(self, limit: int, retry_after_s: int,
+                 on_change: Callable[[int], None] = lambda num_in_flight: None) -> None:
         self.limit = limit
         self.retry_after_s = retry_after_s
         self.num_in_flight = 0
+        self.on_change = on_change  # told the new count after every change (the metrics of several workers)
 
     def acquire(self) -> Ticket:
         if self.num_in_flight >= self.limit:
             raise busy(f"The server is serving its maximum of {self.limit} requests; retry shortly.",
                        self.retry_after_s)
         self.num_in_flight += 1
+        self.on_change(self.num_in_flight)
         return Ticket(self)
 
 
@@ -125,6 +129,7 @@ class OpenAIServingTranscription:
         self.tokenizer = engine.tokenizer
         self.admission = Admission(settings.max_in_flight, settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
+        self.admission.on_change = self.metrics.in_flight_changed
         self.engine_alive = True  # false once a request found the engine stopped
 
     @property

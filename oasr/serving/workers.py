@@ -1,0 +1,190 @@
+"""``oasr serve --api-workers N``: one engine core, N HTTP worker processes on one host:port.
+
+One API process is bound by its interpreter lock (uvicorn, multipart parsing, audio decoding, building
+responses) long before the engine core is busy. Here the main process starts the engine core for N clients
+(``SharedEngineCore``) and spawns N workers; each runs the FastAPI app with its own ``EngineCoreClient``
+attached to its own channel of the core, on a listening socket of its own bound to the same host:port with
+SO_REUSEPORT, so that the kernel spreads new connections evenly over the workers (one shared listening socket
+lets whichever worker wakes first take a burst of connections, and keep-alive clients then stay on it).
+The main process holds the port bound (not listening) with SO_REUSEPORT, so that a port in use fails at once.
+
+- A worker's requests are its own: ids carry the worker id, the core answers on that worker's channel, and a
+  client's disconnect aborts its request in the core from whichever worker served it.
+- When the core dies every worker sees it (by the core's process id): requests get 503, /health is unhealthy.
+  The main process reaps the core (so its id really disappears) and keeps the workers serving those answers.
+- Ctrl-C or SIGTERM to the main process: the workers get SIGTERM (uvicorn's graceful shutdown), then the
+  core is terminated. A worker whose main process disappears stops itself; so does the core.
+- /metrics: HTTP counters, histograms and in-flight requests are summed over the workers (prometheus_client's
+  multiprocess mode, in a temporary directory); engine numbers come from the core. ``max_in_flight`` and
+  ``max_waiting`` hold per worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from multiprocessing.connection import wait
+
+from oasr.engine.config import EngineConfig
+from oasr.serving.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+WORKER_STOP_S = 15.0  # a worker asked to stop gets this long (uvicorn's graceful shutdown is shorter)
+PARENT_POLL_S = 1.0  # a worker looks this often whether the main process is still there
+
+
+def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int, api_workers: int,
+                  device: str = "auto", dtype: str | None = None, config: EngineConfig | None = None,
+                  cpu_threads: int | None = None, max_waiting: int = 1024,
+                  on_ready: threading.Event | None = None) -> None:
+    """Serves with ``api_workers`` worker processes until SIGINT or SIGTERM; returns once all have stopped."""
+    from oasr.engine.core_client import SharedEngineCore
+    from oasr.engine.core_protocol import EngineCoreSpec
+    from oasr.serving.metrics import MULTIPROC_ENV
+
+    if api_workers < 1:
+        raise ValueError(f"api_workers must be >= 1, got {api_workers}")
+    level = logging.getLogger().getEffectiveLevel()
+    spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads)
+    metrics_dir = tempfile.mkdtemp(prefix="oasr-metrics-")
+    previous_env = os.environ.get(MULTIPROC_ENV)
+    os.environ[MULTIPROC_ENV] = metrics_dir  # spawned workers inherit it before they import prometheus_client
+    stop = threading.Event()
+    previous_handlers = {sig: signal.signal(sig, lambda signum, frame: stop.set())
+                         for sig in (signal.SIGINT, signal.SIGTERM)} \
+        if threading.current_thread() is threading.main_thread() else {}
+    sock = _reuseport_socket(host, port)  # bound, not listening: it reserves the port, takes no connections
+    core = SharedEngineCore(spec, api_workers)
+    workers: list[multiprocessing.process.BaseProcess] = []
+    try:
+        context = multiprocessing.get_context("spawn")
+        for worker_id, channel in enumerate(core.channels):
+            worker = context.Process(target=_worker_main, name=f"oasr-api-worker-{worker_id}",
+                                     args=(spec, channel, core.pid, worker_id, settings, host, port, max_waiting,
+                                           level))
+            worker.start()
+            workers.append(worker)
+        log.info("serving %s on http://%s:%d with %d API workers", settings.served_model_name, host, port,
+                 api_workers)
+        if on_ready is not None:
+            on_ready.set()
+        _supervise(core, workers, stop)
+    finally:
+        _stop_workers(workers)
+        core.stop()
+        sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        if previous_env is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = previous_env
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
+
+
+def _reuseport_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _supervise(core, workers: list[multiprocessing.process.BaseProcess], stop: threading.Event) -> None:
+    """Waits for a stop signal or a worker's exit; reaps the core when it dies (the workers answer 503)."""
+    core_reaped = False
+    while not stop.is_set():
+        sentinels = [w.sentinel for w in workers] + ([] if core_reaped else [core.process.sentinel])
+        ready = wait(sentinels, timeout=0.5)
+        if not core_reaped and core.process.sentinel in ready:
+            core.process.join()
+            core_reaped = True
+            log.error("the engine core exited with code %s; the API workers answer 503", core.process.exitcode)
+        for worker in workers:
+            if worker.sentinel in ready:
+                log.error("API worker %s exited with code %s; stopping the server", worker.name,
+                          worker.exitcode)
+                return
+
+
+def _stop_workers(workers: list[multiprocessing.process.BaseProcess]) -> None:
+    for worker in workers:
+        if worker.is_alive() and worker.pid is not None:
+            os.kill(worker.pid, signal.SIGTERM)
+    deadline = time.monotonic() + WORKER_STOP_S
+    for worker in workers:
+        worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        if worker.is_alive():
+            log.warning("API worker %s did not stop in %g s; killing it", worker.name, WORKER_STOP_S)
+            worker.kill()
+            worker.join()
+
+
+def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerSettings, host: str, port: int,
+                 max_waiting: int, level: int) -> None:
+    """One API worker: the app on its own client of the shared core, listening on the shared port."""
+    import uvicorn
+
+    from oasr.engine.core_client import EngineCoreClient
+    from oasr.serving.app import GRACEFUL_SHUTDOWN_S, build_app
+
+    logging.basicConfig(level=level, format=f"%(levelname)s %(name)s [api worker {worker_id}]: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the main process decides
+    parent = os.getppid()
+    engine = EngineCoreClient.attach(spec, channel, core_pid, worker_id, max_waiting=max_waiting)
+    try:
+        app = WorkerHeader(build_app(engine, settings), worker_id)
+        config = uvicorn.Config(app, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+                                log_level=logging.getLevelName(level).lower())
+        server = uvicorn.Server(config)
+        threading.Thread(target=_watch_parent, args=(parent, server), name="oasr-parent-watch", daemon=True).start()
+        sock = _reuseport_socket(host, port)
+        sock.listen(2048)
+        try:
+            server.run(sockets=[sock])
+        finally:
+            sock.close()
+    finally:
+        engine.shutdown()
+
+
+class WorkerHeader:
+    """Marks every HTTP response with the worker that answered (``x-oasr-api-worker: <id>``), so operators and
+    tests can see how connections spread over the workers."""
+
+    def __init__(self, app, worker_id: int) -> None:
+        self.app = app
+        self.header = (b"x-oasr-api-worker", str(worker_id).encode())
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_marked(message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_marked)
+
+
+def _watch_parent(parent: int, server) -> None:
+    while not server.should_exit:
+        if os.getppid() != parent:
+            log.warning("the main server process is gone; this API worker stops")
+            server.should_exit = True
+            return
+        time.sleep(PARENT_POLL_S)
