@@ -44,6 +44,7 @@ from oasr.errors import OASRError, UnsupportedOptionError
 
 log = logging.getLogger(__name__)
 IDLE_POLL_MS = 500  # an idle core wakes this often to see whether the API process is still there
+_GPU_CORE_CPU_THREADS = 2  # torch CPU threads of a core whose model runs on a GPU (unless the spec says)
 
 
 class EngineCore:
@@ -203,6 +204,10 @@ def _build_engine(spec: EngineCoreSpec) -> ASREngine:
         torch.set_num_threads(spec.cpu_threads)
 
     loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype)
+    if spec.cpu_threads is None and loaded.device.type == "cuda":
+        # The GPU does the work; a pool of spinning CPU threads per step would only take cores from the HTTP
+        # workers beside the core.
+        torch.set_num_threads(min(_GPU_CORE_CPU_THREADS, torch.get_num_threads()))
     return ASREngine(loaded, spec.config)
 
 
