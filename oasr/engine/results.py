@@ -29,8 +29,8 @@ def decoded_window(tokenizer, index: int, window_samples: int, duration_s: float
     start_s = index * window_s
     end_s = min((index + 1) * window_s, duration_s)
     text = tokenizer.decode(token_ids)
-    details = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech_prob,
-                   compression_ratio=compression_ratio(text.strip()))
+    details = {"avg_logprob": avg_logprob, "no_speech_prob": no_speech_prob,
+               "compression_ratio": compression_ratio(text.strip())}
     timestamp_begin = timestamp_begin_of(tokenizer)
     if timestamp_begin is not None and any(t >= timestamp_begin for t in token_ids):
         spans = window_spans(token_ids, timestamp_begin, end_s - start_s)
