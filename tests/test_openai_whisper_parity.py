@@ -20,7 +20,7 @@ from oasr.bench.wer import word_error_rate
 from oasr.engine.engine import ASREngine
 from oasr.engine.sequential import SequentialTranscriber
 from oasr.errors import UnsupportedOptionError
-from oasr.types import DecodeOptions, FallbackOptions, Transcription, TranscribeOptions
+from oasr.types import DecodeOptions, FallbackOptions, TranscribeOptions, Transcription
 from openai_whisper_reference import openai_whisper_from
 from speech_data import audio_path, manifest_entries, require_speech_data
 
@@ -136,7 +136,8 @@ def test_timestamped_window_equals_openai_decode(tiny_en, reference_tiny, prompt
     options = DecodeOptions(timestamps=True, prompt=prompt)
     outputs = {o.request_id: o for o in ASREngine(tiny_en).run((c.id, c.audio, options) for c in short)}
     features = tiny_en.features([c.audio for c in short])
-    expected = whisper.decode(reference_tiny, features, whisper.DecodingOptions(language="en", fp16=False, prompt=prompt))
+    expected = whisper.decode(reference_tiny, features,
+                              whisper.DecodingOptions(language="en", fp16=False, prompt=prompt))
     tb = tiny_en.tokenizer.special.timestamp_begin
     for clip, theirs in zip(short, expected, strict=True):
         ours = outputs[clip.id]
@@ -180,7 +181,7 @@ def test_base_detects_the_language_of_every_multilingual_clip_as_openai_does(bas
                                                                              reference_base) -> None:
     """Both ways OASR detects: on a window's own features (parallel mode) and on the first 30 s of one log-mel
     of the whole input (sequential mode, as openai-whisper's ``transcribe()`` does)."""
-    others = clips(languages=set(e["language"] for e in manifest_entries()) - {"en"})
+    others = clips(languages={e["language"] for e in manifest_entries()} - {"en"})
     assert len(others) >= 16
     window = 30 * 16_000
     engine = ASREngine(base_multilingual)

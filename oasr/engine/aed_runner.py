@@ -173,7 +173,9 @@ class AEDRunner:
             self._step_tokens[i, :batch].copy_(tokens)
             self._step_logprobs[i, :batch].copy_(logprobs)
         # One transfer for both (token ids are exact in float64).
-        host = torch.stack((self._step_tokens[:steps, :batch].double(), self._step_logprobs[:steps, :batch].double())).cpu()
+        host = torch.stack(
+            (self._step_tokens[:steps, :batch].double(), self._step_logprobs[:steps, :batch].double())
+        ).cpu()
         tokens, logprobs = host[0].long(), host[1]
         return (
             {row.request_id: tuple(tokens[:, row.slot].tolist()) for row in rows},
@@ -259,37 +261,45 @@ class AEDRunner:
         languages = self._pick_languages(batch, slots, cross_k, cross_v)
         prompts = [self.prompter.prompt(lang, r.options) for lang, r in zip(languages, batch, strict=True)]
         last_logits, no_speech = self._run_prompts(prompts, slots, cross_k, cross_v)
-
-        options = [r.options for r in batch]
-        prompt_lens = torch.tensor([len(p.token_ids) for p in prompts], device=self.device)
-        eot_from = prompt_lens - 1 + torch.tensor([o.min_new_tokens for o in options], device=self.device)
-        timestamps = torch.tensor([o.timestamps for o in options], device=self.device)
-        temperature = torch.tensor([o.temperature for o in options], dtype=torch.float32, device=self.device)
-        no_history = torch.zeros(len(rows), dtype=torch.long, device=self.device)  # nothing sampled yet
-        first_rows = AEDRowState(
-            eot_allowed=eot_from <= prompt_lens - 1,
-            temperature=temperature,
-            timestamps=TimestampState(timestamps, no_history, no_history, no_history) if any(o.timestamps for o in options) else None,
-        )
-        sampling = any(o.temperature > 0 for o in options)
-        first, logprobs = self.strategy.select(last_logits, first_rows, first=True, sampling=sampling)
-
-        tb = self.special.timestamp_begin
-        self.tokens.index_copy_(0, slots, first)
-        self.positions.index_copy_(0, slots, prompt_lens)
-        self.eot_from.index_copy_(0, slots, eot_from)
-        self.previous.index_fill_(0, slots, tb)  # fewer than two tokens sampled: the rules count it a timestamp
-        self.last_timestamp.index_copy_(0, slots, torch.where(first >= tb, first, no_history))
-        self.timestamps.index_copy_(0, slots, timestamps)
-        self.temperature.index_copy_(0, slots, temperature)
-        for row, o in zip(rows, options, strict=True):
-            self._slot_timestamps[row.slot] = o.timestamps
-            self._slot_sampling[row.slot] = o.temperature > 0
+        first, logprobs = self._first_tokens(rows, [r.options for r in batch], prompts, last_logits, slots)
         host = torch.stack((first.double(), logprobs.double(), no_speech.double())).cpu().tolist()
         return {
             row.request_id: EncodeResult(token_ids=(int(token),), language=lang, logprobs=(lp,), no_speech_prob=ns)
             for row, lang, token, lp, ns in zip(rows, languages, *host, strict=True)
         }
+
+    def _first_tokens(
+        self, rows: tuple[EncodeRow, ...], options: list[DecodeOptions], prompts: list[WhisperPrompt],
+        logits: torch.Tensor, slots: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chooses each row's first token from the logits after its prompt and sets up its slot for decoding.
+        -> (tokens [B], their log-probabilities [B])."""
+        device = self.device
+        prompt_lens = torch.tensor([len(p.token_ids) for p in prompts], device=device)
+        eot_from = prompt_lens - 1 + torch.tensor([o.min_new_tokens for o in options], device=device)
+        timestamps = torch.tensor([o.timestamps for o in options], device=device)
+        temperature = torch.tensor([o.temperature for o in options], dtype=torch.float32, device=device)
+        nothing = torch.zeros(len(rows), dtype=torch.long, device=device)  # no history: nothing sampled yet
+        state = AEDRowState(
+            eot_allowed=eot_from <= prompt_lens - 1,
+            temperature=temperature,
+            timestamps=TimestampState(timestamps, nothing, nothing, nothing)
+            if any(o.timestamps for o in options) else None,
+        )
+        first, logprobs = self.strategy.select(logits, state, first=True,
+                                               sampling=any(o.temperature > 0 for o in options))
+        tb = self.special.timestamp_begin
+        self.tokens.index_copy_(0, slots, first)
+        self.positions.index_copy_(0, slots, prompt_lens)
+        self.eot_from.index_copy_(0, slots, eot_from)
+        self.previous.index_fill_(0, slots, tb)  # fewer than two tokens sampled: the rules count it a timestamp
+        self.last_timestamp.index_copy_(0, slots, torch.where(first >= tb, first, nothing))
+        self.timestamps.index_copy_(0, slots, timestamps)
+        self.temperature.index_copy_(0, slots, temperature)
+        for row, o in zip(rows, options, strict=True):
+            self._slot_timestamps[row.slot] = o.timestamps
+            self._slot_sampling[row.slot] = o.temperature > 0
+        return first, logprobs
 
     def _features(self, batch: list[Request]) -> torch.Tensor:
         """[B, n_mels, frames]: the caller's features where a request brings them, the extractor's elsewhere."""

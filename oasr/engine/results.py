@@ -38,8 +38,8 @@ def decoded_span(tokenizer, index: int, start_sample: int, end_sample: int, toke
     (windows planned at silences have their own starts and lengths)."""
     start_s, end_s = start_sample / SAMPLE_RATE, end_sample / SAMPLE_RATE
     text = tokenizer.decode(token_ids)
-    details = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech_prob,
-                   compression_ratio=compression_ratio(text.strip()))
+    details = {"avg_logprob": avg_logprob, "no_speech_prob": no_speech_prob,
+               "compression_ratio": compression_ratio(text.strip())}
     timestamp_begin = timestamp_begin_of(tokenizer)
     if timestamp_begin is not None and any(t >= timestamp_begin for t in token_ids):
         spans = window_spans(token_ids, timestamp_begin, end_s - start_s)

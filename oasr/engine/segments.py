@@ -72,7 +72,9 @@ def unfinished_tail(tokens: list[int], split: WindowSplit, timestamp_begin: int,
     if start >= len(tokens):
         return None
     opening = tokens[start]  # the second timestamp of the last pair opens the tail
-    start_s = (opening - timestamp_begin) * SECONDS_PER_TIMESTAMP if opening >= timestamp_begin else split.spans[-1].end_s
+    start_s = split.spans[-1].end_s
+    if opening >= timestamp_begin:
+        start_s = (opening - timestamp_begin) * SECONDS_PER_TIMESTAMP
     return TokenSpan(start, len(tokens), start_s, window_s)
 
 

@@ -27,7 +27,13 @@ from oasr.engine.results import segment_of
 from oasr.engine.segments import HOP_SAMPLES, compression_ratio, split_window
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.loader import LoadedModel
-from oasr.types import DecodeOptions, FallbackOptions, Segment, Transcription, TranscribeOptions
+from oasr.types import (
+    DecodeOptions,
+    FallbackOptions,
+    Segment,
+    TranscribeOptions,
+    Transcription,
+)
 
 HIGH_TEMPERATURE = 0.5  # text decoded above this is not fed to the next window as a prompt
 
@@ -120,7 +126,8 @@ class LongFormCursor:
         no_speech_prob = output.no_speech_prob if output.no_speech_prob is not None else 0.0
         ratio = compression_ratio(self.tokenizer.decode(tokens).strip())
         temperature = fallback.temperatures[self.attempt]
-        if needs_fallback(fallback, ratio, avg_logprob, no_speech_prob) and self.attempt + 1 < len(fallback.temperatures):
+        retry = self.attempt + 1 < len(fallback.temperatures)
+        if retry and needs_fallback(fallback, ratio, avg_logprob, no_speech_prob):
             self.attempt += 1
             return
         self.attempt = 0
@@ -167,7 +174,8 @@ class SequentialTranscriber:
 
     def whole_mel(self, samples: np.ndarray) -> torch.Tensor:
         """Log-mel of the input followed by one window of silence, normalised over all of it: [n_mels, frames]."""
-        padded = np.concatenate([samples.astype(np.float32, copy=False), np.zeros(self.window_frames * HOP_SAMPLES, np.float32)])
+        silence = np.zeros(self.window_frames * HOP_SAMPLES, np.float32)
+        padded = np.concatenate([samples.astype(np.float32, copy=False), silence])
         waveform = torch.from_numpy(padded)[None].to(self.loaded.device)
         return self.loaded.features.log_mel(waveform)[0]
 
