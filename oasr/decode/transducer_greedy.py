@@ -76,6 +76,7 @@ class _Loop:
     tokens: torch.Tensor  # [B, T * max_symbols + 1] emitted tokens (the last slot absorbs non-emissions)
     predictor_out: torch.Tensor  # [B, H]
     state: Any  # the predictor's opaque state: a dataclass or tuple of tensors
+    rows: torch.Tensor  # [B] 0 .. B-1, to pick each row's frame and token slot
 
     @classmethod
     def start(cls, model: TransducerModel, frames: torch.Tensor, lengths: torch.Tensor, max_symbols: int) -> _Loop:
@@ -83,7 +84,8 @@ class _Loop:
         position = torch.zeros(batch, dtype=torch.long, device=frames.device)
         predictor_out, state = model.predictor_init(batch, frames.device)
         tokens = torch.full((batch, num_frames * max_symbols + 1), -1, dtype=torch.long, device=frames.device)
-        return cls(frames, lengths, position, position.clone(), position.clone(), tokens, predictor_out, state)
+        rows = torch.arange(batch, device=frames.device)
+        return cls(frames, lengths, position, position.clone(), position.clone(), tokens, predictor_out, state, rows)
 
     def reset(self, model: TransducerModel) -> None:
         """Back to the start of every row (frames and lengths stay)."""
@@ -110,8 +112,7 @@ def _state_tensors(state: Any) -> list[torch.Tensor]:
 
 def _step(model: TransducerModel, loop: _Loop, rule: Rule, max_symbols: int) -> None:
     """One label step for every row, in place; rows past their frames are masked, so it never reads the host."""
-    frames = loop.frames
-    rows = torch.arange(frames.shape[0], device=frames.device)
+    frames, rows = loop.frames, loop.rows
     active = loop.position < loop.lengths
     logits = model.joint(frames[rows, loop.position.clamp(max=frames.shape[1] - 1)], loop.predictor_out)
     token, advance = rule(logits)

@@ -103,9 +103,8 @@ class AEDRunner:
         max_steps = max(config.scheduler.decode_steps_per_tick, config.scheduler.combined_decode_steps)
         self._step_tokens = torch.zeros(max_steps, slots, **long)
         self._step_logprobs = torch.zeros(max_steps, slots, dtype=torch.float32, device=self.device)
-        self._encoder = self.model.encode
-        if config.runner.compile_encoder and self.device.type == "cuda":
-            self._encoder = torch.compile(self.model.encode)
+        self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
+        self._encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
 
@@ -246,7 +245,7 @@ class AEDRunner:
     def _encode(self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]) -> dict[str, EncodeResult]:
         batch = [requests[row.request_id] for row in rows]
         features = self._features(batch)
-        if self._encoder is not self.model.encode:
+        if self._compiled_encoder:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
         cross_k, cross_v = self.model.cross_kv(self._encoder(features))
         slots = torch.tensor([row.slot for row in rows], device=self.device)

@@ -25,6 +25,18 @@ from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
 
+async def relay(outputs: asyncio.Queue) -> AsyncIterator[RequestOutput]:
+    """A request's outputs as the engine queues them, up to and including the finished one; an exception the
+    engine queued instead is raised."""
+    while True:
+        item = await outputs.get()
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+        if item.finished:
+            return
+
+
 class EngineOverloadedError(OASRError):
     """The waiting queue is full: the caller should retry later."""
 
@@ -93,14 +105,9 @@ class AsyncEngine:
         self._inbox.put(("add", request_id, audio, options))
         finished = False
         try:
-            while True:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+            async for item in relay(stream.queue):
                 yield item
-                if item.finished:
-                    finished = True
-                    return
+                finished = item.finished
         finally:
             with self._lock:
                 self._streams.pop(request_id, None)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
+from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError, relay
 from oasr.engine.core_process import run_engine_core
 from oasr.engine.core_protocol import (
     UNSUPPORTED_OPTION,
@@ -256,14 +256,9 @@ class EngineCoreClient:
         finished = False
         try:
             self._send(AddRequest(request_id, options, partial), np.ascontiguousarray(audio, dtype=np.float32))
-            while True:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+            async for item in relay(stream.queue):
                 yield item
-                if item.finished:
-                    finished = True
-                    return
+                finished = item.finished
         finally:
             with self._lock:
                 self._streams.pop(request_id, None)

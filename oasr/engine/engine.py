@@ -132,13 +132,14 @@ class ASREngine:
         ahead: list[tuple[str, np.ndarray, DecodeOptions]] = []
         exhausted = False
         while True:
+            read = len(ahead)
             while not exhausted and len(ahead) < (_LENGTH_LOOKAHEAD_BATCHES * rows if by_length else rows):
                 item = next(pending, None)
                 if item is None:
                     exhausted = True
                 else:
                     ahead.append(item)
-            if by_length:
+            if by_length and len(ahead) > read:  # sorted already unless new items came in
                 ahead.sort(key=lambda item: len(item[1]))
             while ahead and len(self.scheduler.waiting) < rows:
                 request_id, audio, options = ahead.pop() if by_length else ahead.pop(0)
