@@ -263,7 +263,7 @@ class EngineCoreClient:
             with self._lock:
                 self._streams.pop(request_id, None)
             if not finished and self._error is None:
-                self._send(AbortRequests((request_id,)))
+                self._send_if_reachable(AbortRequests((request_id,)))
 
     def shutdown(self) -> None:
         """Stops the core (asking first, then terminating) and the receiver; waiting requests fail. An attached
@@ -273,9 +273,9 @@ class EngineCoreClient:
         self._closing.set()
         if self._core_alive():
             if self._owns_core:
-                self._send(StopCore())
+                self._send_if_reachable(StopCore())
             elif self._streams:
-                self._send(AbortRequests(tuple(self._streams)))
+                self._send_if_reachable(AbortRequests(tuple(self._streams)))
         self._stop_process()
         self._receiver.join(timeout=STOP_WAIT_S)  # it wakes every RECEIVE_POLL_MS; a busy machine may be slow
         self._fail_all("the engine core was shut down")
@@ -333,11 +333,27 @@ class EngineCoreClient:
     # ------------------------------------------------------------------ sending (any event loop's thread)
 
     def _send(self, message: object, audio: np.ndarray | None = None) -> None:
+        """Sends without ever blocking the caller's event loop: a PUSH socket whose core has gone (no peer left
+        on the IPC path) would block forever, so a send that cannot be queued at once means the core is gone.
+        A live core never refuses one (the send queue is unbounded)."""
         frames = [dumps(message)] if audio is None else [dumps(message), audio]
-        with self._send_lock:
-            self._to_core.send_multipart(frames, copy=audio is None)
+        try:
+            with self._send_lock:
+                self._to_core.send_multipart(frames, flags=zmq.NOBLOCK, copy=audio is None)
+        except zmq.Again:
+            raise EngineDeadError("engine stopped: the engine core is not reachable") from None
+
+    def _send_if_reachable(self, message: object) -> None:
+        """For messages that matter only to a live core (aborts, stop): a gone core needs none."""
+        try:
+            self._send(message)
+        except EngineDeadError:
+            pass
 
     def _raise_if_dead(self) -> None:
+        """Fails fast once the core is gone, without waiting for the receiver thread to notice it."""
+        if self._error is None and not self._core_alive():
+            self._error = f"the engine core {self._exit_description()}"
         if self._error is not None:
             raise EngineDeadError(f"engine stopped: {self._error}")
 
