@@ -82,6 +82,29 @@ def test_tiny_config_runs_forward_on_its_example_inputs(kind: str) -> None:
     assert torch.isfinite(out).all()
 
 
+def test_encoder_output_of_each_row_does_not_depend_on_the_batch_padding() -> None:
+    """Odd and even lengths, a one-frame row and a full-length one: the subsampling zeroes only the padded frames
+    its convolutions read, so every row's real frames must equal the row encoded alone."""
+    from oasr.models.fastconformer.config import FastConformerEncoderConfig
+    from oasr.models.fastconformer.encoder import FastConformerEncoder, frame_mask
+
+    torch.manual_seed(0)
+    config = FastConformerEncoderConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                                        num_hidden_layers=2, num_mel_bins=16, subsampling_conv_channels=8)
+    encoder = FastConformerEncoder(config).eval()
+    for parameter in encoder.parameters():  # large random weights: a leaked padded frame would show
+        torch.nn.init.normal_(parameter, std=0.3)
+    lengths = torch.tensor([97, 64, 33, 120, 119, 1, 8, 9])
+    x = torch.randn(len(lengths), 16, 120) * frame_mask(lengths, 120)[:, None, :]
+    with torch.inference_mode():
+        batched = encoder(x, lengths)
+        for row, length in enumerate(lengths.tolist()):
+            alone = encoder(x[row : row + 1, :, :length], lengths[row : row + 1])
+            frames = int(alone.lengths[0])
+            assert frames == int(batched.lengths[row])
+            torch.testing.assert_close(batched.hidden[row, :frames], alone.hidden[0, :frames], atol=1e-5, rtol=0)
+
+
 def test_native_round_trip_keeps_the_encoder_output(pair: Pair, tmp_path: Path) -> None:
     checkpoint = read_checkpoint(resolve_source(pair.tokenizer_file.parent))
     native = from_pretrained(save_native(checkpoint, tmp_path), device="cpu", dtype="float32")

@@ -35,13 +35,14 @@ def relative_position_embeddings(
 def relative_shift(scores: torch.Tensor) -> torch.Tensor:
     """[B, H, T, 2T-1] scores by (query i, distance slot p = T-1-(i-j)) -> [B, H, T, T] by (query i, key j).
 
-    The Transformer-XL shift: left-pad one column, fold the rows over by one, drop the first row. Each query row
-    then starts at its own distance T-1-i, with no gather and no index tensor.
+    The Transformer-XL shift as a strided view, without copying: query row i starts at its own distance slot
+    T-1-i and moves one slot per key, so element (i, j) sits at flat offset T-1 + i*(2T-2) + j of each head's
+    [T, 2T-1] matrix.
     """
     b, h, t, num_slots = scores.shape
-    padded = F.pad(scores, (1, 0))
-    shifted = padded.view(b, h, num_slots + 1, t)[:, :, 1:].reshape(b, h, t, num_slots)
-    return shifted[..., :t]
+    scores = scores.contiguous()
+    strides = (h * t * num_slots, t * num_slots, num_slots - 1, 1)
+    return scores.as_strided((b, h, t, t), strides, scores.storage_offset() + t - 1)
 
 
 class RelPositionMultiHeadAttention(nn.Module):
@@ -79,11 +80,14 @@ class RelPositionMultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(x))
         r = self.split_heads(self.relative_k_proj(positions))  # [1|B, H, 2T-1, D]
         scale = self.head_dim**-0.5
-        position_scores = relative_shift((q + self.bias_v[:, None]) @ r.transpose(-1, -2)) * scale
+        # Scaled on the (small) query side, so the [B, H, T, 2T-1] product is read once more, by the shift below.
+        position_scores = relative_shift(((q + self.bias_v[:, None]) * scale) @ r.transpose(-1, -2))
         if key_mask is not None:
             # The most negative finite value, not -inf: a row with no real frame stays finite.
             floor = torch.finfo(position_scores.dtype).min
-            position_scores = position_scores.masked_fill(~key_mask[:, None, None, :], floor)
+            position_scores = torch.where(key_mask[:, None, None, :], position_scores, floor)
+        else:
+            position_scores = position_scores.contiguous()
         # SDPA adds the float mask to the scaled content scores (q + u) . k: both terms share one softmax.
         out = F.scaled_dot_product_attention(q + self.bias_u[:, None], k, v, attn_mask=position_scores)
         b, _, t, _ = out.shape

@@ -4,9 +4,9 @@
 8x depthwise-separable convolution subsampling, then Conformer blocks: half-step feed-forward, relative-position
 self-attention, convolution module, half-step feed-forward (the macaron sandwich), each pre-normed.
 
-Padding: every row's real frames give the same output whatever the batch is padded to. Padded frames are zeroed
-before each subsampling convolution reads them and before the depthwise convolution; attention gives padded keys
-no weight. The output at padded frames is unspecified.
+Padding: every row's real frames give the same output whatever the batch is padded to. The padded frames a
+subsampling convolution reads for a real output are zeroed before it runs, every padded frame is zeroed before the
+depthwise convolution, and attention gives padded keys no weight. The output at padded frames is unspecified.
 """
 
 from __future__ import annotations
@@ -70,11 +70,24 @@ class ConvSubsampling(nn.Module):
             num_freqs = self.strided_length(num_freqs)
         self.linear = Linear(channels * num_freqs, config.hidden_size)
 
+    def zero_frames_read_past_end(self, x: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Zeroes, in place, the padded frames of ``x`` [B, C, T, F] that a convolution of this stack reads for a
+        real output frame: at most ``padding`` frames past each row's end (an output frame j < L' reads input
+        frames up to stride*(L'-1) - padding + kernel - 1 <= L + padding - 1). A few small writes instead of a
+        pass over the whole activation; frames further out only feed padded outputs."""
+        rows = torch.arange(x.shape[0], device=x.device)
+        for offset in range(self.padding):
+            frame = lengths + offset
+            inside = (frame < x.shape[2])[:, None, None]
+            frame = frame.clamp(max=x.shape[2] - 1)
+            x[rows, :, frame] = torch.where(inside, 0.0, x[rows, :, frame])
+
     def strided_length(self, length):  # int or tensor: the arithmetic is the same
         return (length + 2 * self.padding - self.kernel_size) // self.stride + 1
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """features: [B, T, n_mels]; lengths: [B] -> (frames [B, T', hidden], lengths [B])."""
+        """features: [B, T, n_mels] (zero past each row's length); lengths: [B] -> (frames [B, T', hidden],
+        lengths [B])."""
         x = features.unsqueeze(1)
         for layer in self.layers:
             x = layer(x)
@@ -82,7 +95,7 @@ class ConvSubsampling(nn.Module):
                 if layer.stride[0] > 1:
                     lengths = self.strided_length(lengths)
                 # Biases make padded frames non-zero; the next convolution must see zeros there, as a row alone would.
-                x = x * frame_mask(lengths, x.shape[2])[:, None, :, None].to(x.dtype)
+                self.zero_frames_read_past_end(x, lengths)
         b, channels, num_frames, num_freqs = x.shape
         return self.linear(x.transpose(1, 2).reshape(b, num_frames, channels * num_freqs)), lengths
 
@@ -137,10 +150,10 @@ class ConformerBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
         # Macaron: two half-step feed-forwards around attention and convolution.
-        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        x = torch.add(x, self.feed_forward1(self.norm_feed_forward1(x)), alpha=0.5)
         x = x + self.self_attn(self.norm_self_att(x), positions, key_mask=frames)
         x = x + self.conv(self.norm_conv(x), frames)
-        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        x = torch.add(x, self.feed_forward2(self.norm_feed_forward2(x)), alpha=0.5)
         return self.norm_out(x)
 
 
