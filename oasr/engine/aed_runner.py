@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -247,10 +247,13 @@ class AEDRunner:
         features = self._features(batch)
         if self._compiled_encoder:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
-        cross_k, cross_v = self.model.cross_kv(self._encoder(features))
+        # Per layer, one copy from the projection (a head-split view) into the slots; the prompt pass below reads
+        # the projections themselves.
+        cross_k, cross_v = self.model.cross_kv_layers(self._encoder(features))
         slots = torch.tensor([row.slot for row in rows], device=self.device)
-        self.cross_k.index_copy_(1, slots, cross_k)
-        self.cross_v.index_copy_(1, slots, cross_v)
+        for layer, (k, v) in enumerate(zip(cross_k, cross_v, strict=True)):
+            self.cross_k[layer].index_copy_(0, slots, k)
+            self.cross_v[layer].index_copy_(0, slots, v)
         table = torch.zeros(len(rows), self.max_blocks, dtype=torch.long)
         for i, row in enumerate(rows):
             table[i, : len(row.block_ids)] = torch.tensor(row.block_ids)
@@ -312,7 +315,8 @@ class AEDRunner:
         return torch.stack([f.to(device=self.device, dtype=torch.float32) for f in rows])
 
     def _run_prompts(
-        self, prompts: list[WhisperPrompt], slots: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor
+        self, prompts: list[WhisperPrompt], slots: torch.Tensor,
+        cross_k: Sequence[torch.Tensor], cross_v: Sequence[torch.Tensor],
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Runs every row's prompt from position 0 (right-padded to the longest) into its cache.
         -> (logits after each row's last prompt token [B, vocab], probability of <|nospeech|> after
@@ -335,7 +339,7 @@ class AEDRunner:
         return logits[:, 0], no_speech
 
     def _pick_languages(
-        self, batch: list[Request], slots: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor
+        self, batch: list[Request], slots: torch.Tensor, cross_k: Sequence[torch.Tensor], cross_v: Sequence[torch.Tensor]
     ) -> list[str | None]:
         """Languages of the rows. Rows without a language on a multilingual model get the most likely language
         token after ``<|startoftranscript|>`` alone (openai-whisper's ``detect_language``): one extra decoder

@@ -108,7 +108,8 @@ class WhisperDecoder(nn.Module):
         cross_v: torch.Tensor,
         probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
-        """tokens, positions: [B, T]; cross_k/v: [layers, B, H, S, D] -> hidden states [B, T, d_model]."""
+        """tokens, positions: [B, T]; cross_k/v: [layers, B, H, S, D], or a sequence of [B, H, S, D] per layer
+        -> hidden states [B, T, d_model]."""
         x = self.embed_tokens(tokens) + self.embed_positions(positions)
         for index, layer in enumerate(self.layers):
             x = layer(x, cache, index, cross_k[index], cross_v[index], probe)
@@ -161,8 +162,15 @@ class WhisperForConditionalGeneration(nn.Module):
 
     def cross_kv(self, encoder_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention K/V of every decoder layer, computed once per request: each [layers, B, H, S, D]."""
+        ks, vs = self.cross_kv_layers(encoder_out)
+        return torch.stack(ks), torch.stack(vs)
+
+    def cross_kv_layers(self, encoder_out: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """Like ``cross_kv`` without stacking: per layer, K and V [B, H, S, D] as head-split views of the
+        projections. The decoder takes these as they are (it indexes K/V by layer), and a caller that stores
+        them elsewhere moves each once instead of through a transposing stack first."""
         pairs = [layer.encoder_attn.project_kv(encoder_out) for layer in self.model.decoder.layers]
-        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+        return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
 
     def decode(
         self,
