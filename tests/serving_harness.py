@@ -99,8 +99,15 @@ class _WrappedEngine:
     def alive(self) -> bool:
         return self._engine.alive
 
+    @property
+    def supports_word_timestamps(self) -> bool:
+        return self._engine.supports_word_timestamps
+
     async def check(self, options) -> None:
         await self._engine.check(options)
+
+    async def align_words(self, rows, audio):
+        return await self._engine.align_words(rows, audio)
 
     def stats(self):
         return self._engine.stats()
