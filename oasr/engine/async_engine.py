@@ -157,7 +157,7 @@ class AsyncEngine:
                 result: list[list[Word]] | BaseException = align_windows(self.loaded, rows, audio)
             except Exception as exc:  # it fails alone: one request's words are not worth the engine's life
                 result = exc
-            loop.call_soon_threadsafe(_settle, future, result)
+            loop.call_soon_threadsafe(settle, future, result)
 
     def _loop(self) -> None:
         try:
@@ -192,13 +192,15 @@ class AsyncEngine:
                 return
             if message[0] == "align":
                 _, _, _, loop, future = message
-                loop.call_soon_threadsafe(_settle, future, error)
+                loop.call_soon_threadsafe(settle, future, error)
 
 
-def _settle(future: asyncio.Future, result: object) -> None:
-    if future.done():  # the caller gave up (timed out, client gone)
+def settle(future: asyncio.Future, value: object) -> None:
+    """Completes ``future`` with ``value``, raised if it is an exception; one already done (its caller gave up:
+    timed out, client gone) is left alone. Called on the future's event loop."""
+    if future.done():
         return
-    if isinstance(result, BaseException):
-        future.set_exception(result)
+    if isinstance(value, BaseException):
+        future.set_exception(value)
     else:
-        future.set_result(result)
+        future.set_result(value)

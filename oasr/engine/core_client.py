@@ -15,6 +15,7 @@ death by its process id, and leaves stopping the core to the main process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError, relay
+from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError, relay, settle
 from oasr.engine.core_process import run_engine_core
 from oasr.engine.core_protocol import (
     UNSUPPORTED_OPTION,
@@ -423,11 +424,11 @@ class EngineCoreClient:
             for check in update.checks:
                 if check.call_id in self._calls:
                     loop, future = self._calls[check.call_id]
-                    batches[loop].append((_resolve(future), check.error))
+                    batches[loop].append((functools.partial(settle, future), check.error))
             for alignment in update.alignments:
                 if alignment.call_id in self._calls:
                     loop, future = self._calls[alignment.call_id]
-                    batches[loop].append((_resolve(future), _words_of(alignment)))
+                    batches[loop].append((functools.partial(settle, future), _words_of(alignment)))
         for loop, calls in batches.items():
             _call_soon(loop, calls)
 
@@ -438,7 +439,7 @@ class EngineCoreClient:
             for stream in self._streams.values():
                 batches[stream.loop].append((stream.queue.put_nowait, EngineDeadError(f"engine stopped: {reason}")))
             for loop, future in self._calls.values():
-                batches[loop].append((_resolve(future), EngineDeadError(f"engine stopped: {reason}")))
+                batches[loop].append((functools.partial(settle, future), EngineDeadError(f"engine stopped: {reason}")))
         for loop, calls in batches.items():
             _call_soon(loop, calls)
 
@@ -451,18 +452,6 @@ def _words_of(alignment: AlignResult) -> list[tuple[Word, ...]] | OASRError:
     if alignment.error_kind is not None:
         return _error_of(alignment.error_kind, alignment.error or "word alignment failed")
     return list(alignment.words)
-
-
-def _resolve(future: asyncio.Future) -> Callable[[object], None]:
-    def settle(value: object) -> None:
-        if future.done():
-            return
-        if isinstance(value, BaseException):
-            future.set_exception(value)
-        else:
-            future.set_result(value)
-
-    return settle
 
 
 def _run_all(calls: list[tuple[Callable, object]]) -> None:
