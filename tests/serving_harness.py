@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from oasr.engine.config import CacheConfig, EngineConfig
 from oasr.serving.app import start_engine
 from oasr.serving.engine_client import EngineClient
+from oasr.types import DecodeOptions
 
 SMALL_ENGINE = EngineConfig(cache=CacheConfig(memory_budget_bytes=256 << 20))
 WAIT_S = 120  # generous: the 2 CPU cores are shared with other test runs; only a hang should hit this
@@ -99,11 +100,30 @@ class _WrappedEngine:
     def alive(self) -> bool:
         return self._engine.alive
 
+    @property
+    def supports_word_timestamps(self) -> bool:
+        return self._engine.supports_word_timestamps
+
     async def check(self, options) -> None:
         await self._engine.check(options)
 
+    async def align_words(self, rows, audio):
+        return await self._engine.align_words(rows, audio)
+
     def stats(self):
         return self._engine.stats()
+
+
+class RecordingEngine(_WrappedEngine):
+    """The real engine, keeping the options of every window it is asked to decode, in order."""
+
+    def __init__(self, engine: EngineClient) -> None:
+        super().__init__(engine)
+        self.options: list[DecodeOptions] = []
+
+    def generate(self, audio, options, *, partial: bool = True) -> AsyncIterator:
+        self.options.append(options)
+        return self._engine.generate(audio, options, partial=partial)
 
 
 class SlowEngine(_WrappedEngine):

@@ -15,10 +15,12 @@ from oasr.engine.batch_stats import BatchSizeCounter
 from oasr.engine.core_client import _Stream
 from oasr.engine.core_process import EngineCore
 from oasr.engine.core_protocol import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     UNSUPPORTED_OPTION,
     AbortRequests,
     AddRequest,
+    AlignWords,
     CheckOptions,
     CheckResult,
     CoreUpdate,
@@ -29,6 +31,9 @@ from oasr.engine.core_protocol import (
 )
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import FinishReason
+from oasr.engine.results import decoded_window
+from oasr.engine.words import alignment_rows
+from oasr.models.whisper.alignment import AlignmentRow, TextSpan
 from oasr.types import DecodeOptions
 from serving_harness import SMALL_ENGINE
 
@@ -168,3 +173,21 @@ def test_two_clients_hear_only_their_own_requests_and_either_can_abort(core, jfk
     updates = core.step_all(2)
     assert not any(d.request_id == "w1-long" for u in updates.values() for d in u.deltas)
     assert not core.engine.has_unfinished() and core.engine.stats().kv_blocks_used == 0
+
+
+def test_word_alignment_answers_its_client_with_offline_words_and_a_bad_one_fails_alone(core, tiny_en, jfk):
+    expected = oasr.transcribe(JFK, model=tiny_en, word_timestamps=True)[0]
+    window = decoded_window(tiny_en.tokenizer, 0, len(jfk), expected.duration_s, expected.token_ids, "en")
+    rows = tuple(alignment_rows([window], [jfk], "transcribe", core.engine.runner.window_samples))
+    core.handle(AlignWords(5, rows, (len(jfk),)), jfk, client=1)
+    # Spans that do not add up to the row's text: the alignment raises, the core answers and goes on.
+    bad = AlignmentRow(rows[0].token_ids, rows[0].num_frames, spans=(TextSpan(0.0, 1.0, 1),))
+    core.handle(AlignWords(6, (bad,), (len(jfk),)), jfk, client=1)
+    updates = core.step_all(2)
+    assert updates.get(0, CoreUpdate()).alignments == ()  # client 0 asked nothing
+    good, failed = (loads(dumps(a)) for a in updates[1].alignments)  # what crosses the socket
+    assert good.call_id == 5 and good.error_kind is None
+    assert list(good.words[0]) == [w for s in expected.segments for w in s.words]
+    assert (failed.call_id, failed.error_kind, failed.words) == (6, INTERNAL_ERROR, ())
+    core.handle(AddRequest("after", DecodeOptions(), partial=False), jfk)
+    assert deltas_of(run_until_idle(core), "after")[-1].finished

@@ -204,13 +204,13 @@ ERRORS = {
     "field twice": (JFK_FILE, {"language": ["en", "de"]}, 400, None, "more than once"),
     "unknown model": (JFK_FILE, {"model": "gpt-4o-transcribe"}, 404, "model_not_found", "gpt-4o-transcribe"),
     "language it cannot serve": (JFK_FILE, {"language": "de"}, 400, "unsupported_option", "English-only"),
-    "word timestamps": (JFK_FILE, {"response_format": "verbose_json", "timestamp_granularities[]": "word"}, 400,
-                        "unsupported_parameter", "Word timestamps"),
     "granularity without verbose_json": (JFK_FILE, {"timestamp_granularities[]": "segment"}, 400, None,
                                          "verbose_json"),
-    "sampling": (JFK_FILE, {"temperature": "0.4"}, 400, "unsupported_parameter", "temperature 0"),
-    "prompt": (JFK_FILE, {"prompt": "Kennedy"}, 400, "unsupported_parameter", "prompt"),
+    "words without verbose_json": (JFK_FILE, {"timestamp_granularities[]": "word"}, 400, None, "verbose_json"),
+    "temperature above 1": (JFK_FILE, {"temperature": "1.2"}, 400, "invalid_value", "temperature"),
     "streamed subtitles": (JFK_FILE, {"stream": "true", "response_format": "srt"}, 400, None, "json or text"),
+    "streamed words": (JFK_FILE, {"stream": "true", "response_format": "verbose_json",
+                                  "timestamp_granularities[]": "word"}, 400, None, "json or text"),
 }
 
 

@@ -43,3 +43,26 @@ def test_options_the_model_cannot_serve_are_refused(served):
     _, client = served
     with pytest.raises(BadRequestError, match="language"):
         client.audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="parakeet", language="en")
+
+
+# case: (request fields, the field the refusal names, words its message must contain)
+REFUSED = {
+    "prompt": ({"prompt": "Kennedy"}, "prompt", "takes no text prompt"),
+    "streamed prompt": ({"prompt": "Kennedy", "stream": True}, "prompt", "takes no text prompt"),
+    "sampling": ({"temperature": 0.6}, "temperature", "'temperature' must be 0"),
+    "word timestamps": ({"response_format": "verbose_json", "timestamp_granularities": ["word"]},
+                        "timestamp_granularities", "no word timestamps"),
+    "segment timestamps": ({"response_format": "verbose_json", "timestamp_granularities": ["segment"]},
+                           "timestamp_granularities", "no segment timestamps"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_decoding_fields_a_frame_synchronous_model_lacks_are_refused_by_name(served, case):
+    directory, client = served
+    fields, param, says = REFUSED[case]
+    with pytest.raises(BadRequestError) as info:
+        client.audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="parakeet", **fields)
+    error = info.value.body
+    assert (error["param"], error["code"]) == (param, "unsupported_option") and says in error["message"], error
+    assert str(directory) not in info.value.response.text  # the model is named as served, not by its path

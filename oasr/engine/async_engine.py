@@ -2,7 +2,8 @@
 thread``; the default runs the engine in a process of its own, ``oasr.engine.core_client``).
 
 The loop thread owns the ``ASREngine`` (nothing else touches it): it takes new requests and aborts from a
-queue, runs ``step()`` while there is work, and hands every output to the caller's event loop. Tensor work
+queue, runs ``step()`` while there is work, and hands every output to the caller's event loop. Word
+alignments (``align_words``) come through the same queue and run between two steps. Tensor work
 releases the GIL, so request handling on the event loop keeps running while the GPU is busy.
 """
 
@@ -12,7 +13,7 @@ import asyncio
 import itertools
 import queue
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,9 +21,11 @@ import numpy as np
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine, EngineStats
 from oasr.engine.request import RequestOutput
+from oasr.engine.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
-from oasr.types import DecodeOptions
+from oasr.models.whisper.alignment import AlignmentRow
+from oasr.types import DecodeOptions, Word
 
 
 async def relay(outputs: asyncio.Queue) -> AsyncIterator[RequestOutput]:
@@ -82,6 +85,10 @@ class AsyncEngine:
     def window_samples(self) -> int:
         return self.engine.runner.window_samples
 
+    @property
+    def supports_word_timestamps(self) -> bool:
+        return supports_word_timestamps(self.loaded)
+
     def stats(self) -> EngineStats:
         return self._stats
 
@@ -114,6 +121,14 @@ class AsyncEngine:
             if not finished:
                 self._inbox.put(("abort", request_id))
 
+    async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[list[Word]]:
+        """The words of one input's decoded windows (``oasr.engine.words``), computed on the loop thread."""
+        if self._error is not None:
+            raise EngineDeadError(f"engine stopped: {self._error}")
+        future = asyncio.get_running_loop().create_future()
+        self._inbox.put(("align", rows, audio, asyncio.get_running_loop(), future))
+        return await future
+
     def shutdown(self) -> None:
         self._stop.set()
         self._inbox.put(("stop",))
@@ -136,6 +151,13 @@ class AsyncEngine:
                 self._deliver(request_id, exc)
         elif message[0] == "abort":
             self.engine.abort(message[1])
+        elif message[0] == "align":
+            _, rows, audio, loop, future = message
+            try:
+                result: list[list[Word]] | BaseException = align_windows(self.loaded, rows, audio)
+            except Exception as exc:  # it fails alone: one request's words are not worth the engine's life
+                result = exc
+            loop.call_soon_threadsafe(settle, future, result)
 
     def _loop(self) -> None:
         try:
@@ -160,3 +182,25 @@ class AsyncEngine:
                 ids = list(self._streams)
             for request_id in ids:
                 self._deliver(request_id, EngineDeadError(f"engine stopped: {exc}"))
+            self._fail_queued_alignments(EngineDeadError(f"engine stopped: {exc}"))
+
+    def _fail_queued_alignments(self, error: EngineDeadError) -> None:
+        while True:
+            try:
+                message = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if message[0] == "align":
+                _, _, _, loop, future = message
+                loop.call_soon_threadsafe(settle, future, error)
+
+
+def settle(future: asyncio.Future, value: object) -> None:
+    """Completes ``future`` with ``value``, raised if it is an exception; one already done (its caller gave up:
+    timed out, client gone) is left alone. Called on the future's event loop."""
+    if future.done():
+        return
+    if isinstance(value, BaseException):
+        future.set_exception(value)
+    else:
+        future.set_result(value)

@@ -15,6 +15,7 @@ death by its process id, and leaves stopping the core to the main process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import multiprocessing
@@ -24,25 +25,26 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import zmq
 
-from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError, relay
+from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError, relay, settle
 from oasr.engine.core_process import run_engine_core
 from oasr.engine.core_protocol import (
     UNSUPPORTED_OPTION,
     AbortRequests,
     AddRequest,
+    AlignResult,
+    AlignWords,
     CheckOptions,
     CoreFailed,
     CoreReady,
     CoreUpdate,
     EngineCoreSpec,
     EngineInfo,
-    RequestFailed,
     StopCore,
     TokenDelta,
     dumps,
@@ -51,7 +53,8 @@ from oasr.engine.core_protocol import (
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput, RequestTimings
 from oasr.errors import OASRError, UnsupportedOptionError
-from oasr.types import DecodeOptions
+from oasr.models.whisper.alignment import AlignmentRow
+from oasr.types import DecodeOptions, Word
 
 log = logging.getLogger(__name__)
 RECEIVE_POLL_MS = 200  # the receiver thread looks this often whether the client is shutting down
@@ -178,7 +181,8 @@ class EngineCoreClient:
         self.tokenizer = self.info.tokenizer
         self._stats = self.info.stats
         self._streams: dict[str, _Stream] = {}
-        self._checks: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        # Calls the core answers once (option checks, alignments), by call id.
+        self._calls: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._check_cache: OrderedDict[DecodeOptions, str | None] = OrderedDict()
         self._lock = threading.Lock()  # guards the three above and ``_error``
         self._send_lock = threading.Lock()  # a ZeroMQ socket is used by one thread at a time
@@ -215,6 +219,10 @@ class EngineCoreClient:
     def num_in_flight(self) -> int:
         return len(self._streams)
 
+    @property
+    def supports_word_timestamps(self) -> bool:
+        return self.info.supports_word_timestamps
+
     def stats(self) -> EngineStats:
         return self._stats
 
@@ -224,23 +232,34 @@ class EngineCoreClient:
             known = options in self._check_cache
             error = self._check_cache.get(options)
         if not known:
-            future = asyncio.get_running_loop().create_future()
-            with self._lock:
-                self._raise_if_dead()
-                call_id = next(self._ids)
-                self._checks[call_id] = (asyncio.get_running_loop(), future)
-            try:
-                self._send(CheckOptions(call_id, options))
-                error = await future
-            finally:
-                with self._lock:
-                    self._checks.pop(call_id, None)
+            error = await self._call(lambda call_id: CheckOptions(call_id, options))
             with self._lock:
                 self._check_cache[options] = error
                 while len(self._check_cache) > _CHECK_CACHE_SIZE:
                     self._check_cache.popitem(last=False)
         if error is not None:
             raise UnsupportedOptionError(error)
+
+    async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[tuple[Word, ...]]:
+        """The words of one input's decoded windows (``oasr.engine.words``), computed in the core."""
+        num_samples = tuple(len(a) for a in audio)
+        samples = np.concatenate(audio).astype(np.float32, copy=False) if audio else np.zeros(0, np.float32)
+        return await self._call(lambda call_id: AlignWords(call_id, tuple(rows), num_samples), samples)
+
+    async def _call(self, message: Callable[[int], object], audio: np.ndarray | None = None):
+        """Sends ``message(call_id)``, which the core answers once, and returns the answer (raises what the
+        answer carries, or ``EngineDeadError`` when the core goes away first)."""
+        future = asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._raise_if_dead()
+            call_id = next(self._ids)
+            self._calls[call_id] = (asyncio.get_running_loop(), future)
+        try:
+            self._send(message(call_id), audio)
+            return await future
+        finally:
+            with self._lock:
+                self._calls.pop(call_id, None)
 
     async def generate(self, audio: np.ndarray, options: DecodeOptions, *,
                        partial: bool = True) -> AsyncIterator[RequestOutput]:
@@ -401,11 +420,15 @@ class EngineCoreClient:
             for failure in update.failures:
                 stream = self._streams.get(failure.request_id)
                 if stream is not None:
-                    batches[stream.loop].append((stream.queue.put_nowait, _error_of(failure)))
+                    batches[stream.loop].append((stream.queue.put_nowait, _error_of(failure.kind, failure.message)))
             for check in update.checks:
-                if check.call_id in self._checks:
-                    loop, future = self._checks[check.call_id]
-                    batches[loop].append((_resolve(future), check.error))
+                if check.call_id in self._calls:
+                    loop, future = self._calls[check.call_id]
+                    batches[loop].append((functools.partial(settle, future), check.error))
+            for alignment in update.alignments:
+                if alignment.call_id in self._calls:
+                    loop, future = self._calls[alignment.call_id]
+                    batches[loop].append((functools.partial(settle, future), _words_of(alignment)))
         for loop, calls in batches.items():
             _call_soon(loop, calls)
 
@@ -415,26 +438,20 @@ class EngineCoreClient:
             self._error = self._error or reason
             for stream in self._streams.values():
                 batches[stream.loop].append((stream.queue.put_nowait, EngineDeadError(f"engine stopped: {reason}")))
-            for loop, future in self._checks.values():
-                batches[loop].append((_resolve(future), EngineDeadError(f"engine stopped: {reason}")))
+            for loop, future in self._calls.values():
+                batches[loop].append((functools.partial(settle, future), EngineDeadError(f"engine stopped: {reason}")))
         for loop, calls in batches.items():
             _call_soon(loop, calls)
 
 
-def _error_of(failure: RequestFailed) -> OASRError:
-    return UnsupportedOptionError(failure.message) if failure.kind == UNSUPPORTED_OPTION else OASRError(failure.message)
+def _error_of(kind: str, message: str) -> OASRError:
+    return UnsupportedOptionError(message) if kind == UNSUPPORTED_OPTION else OASRError(message)
 
 
-def _resolve(future: asyncio.Future) -> Callable[[object], None]:
-    def settle(value: object) -> None:
-        if future.done():
-            return
-        if isinstance(value, BaseException):
-            future.set_exception(value)
-        else:
-            future.set_result(value)
-
-    return settle
+def _words_of(alignment: AlignResult) -> list[tuple[Word, ...]] | OASRError:
+    if alignment.error_kind is not None:
+        return _error_of(alignment.error_kind, alignment.error or "word alignment failed")
+    return list(alignment.words)
 
 
 def _run_all(calls: list[tuple[Callable, object]]) -> None:

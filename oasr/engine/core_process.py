@@ -3,11 +3,13 @@ requests from the API process and handing back tokens, so that nothing the HTTP 
 decoding audio, answering) competes with the step loop for one interpreter lock.
 
 Each loop iteration drains every message waiting on the input sockets, runs one engine step, and sends one
-``CoreUpdate`` with everything that came of both (new tokens, failures, option checks, changed stats).
+``CoreUpdate`` with everything that came of both (new tokens, failures, option checks, word alignments,
+changed stats). A word alignment (``AlignWords``) runs when its message is handled, between two steps.
 
 One core serves one or more clients (``oasr serve --api-workers N``: one per HTTP worker process), each over a
 channel of its own (an input and an output socket). The core remembers which client added each request and
-sends its tokens, failures and option checks to that client only; changed stats go to every client.
+sends its tokens, failures, option checks and alignments to that client only; changed stats go to every
+client.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import numpy as np
 import zmq
 
 from oasr.engine.core_protocol import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     UNSUPPORTED_OPTION,
     AbortRequests,
     AddRequest,
+    AlignResult,
+    AlignWords,
     CheckOptions,
     CheckResult,
     CoreFailed,
@@ -40,6 +45,7 @@ from oasr.engine.core_protocol import (
 )
 from oasr.engine.engine import ASREngine, EngineStats
 from oasr.engine.request import RequestOutput
+from oasr.engine.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError, UnsupportedOptionError
 
 log = logging.getLogger(__name__)
@@ -57,13 +63,14 @@ class EngineCore:
         self._owner: dict[str, int] = {}  # live request -> the client (channel index) that added it
         self._failures: list[tuple[int, RequestFailed]] = []
         self._checks: list[tuple[int, CheckResult]] = []
+        self._alignments: list[tuple[int, AlignResult]] = []
         self._last_stats: EngineStats | None = None
 
     def info(self) -> EngineInfo:
         loaded = self.engine.loaded
         self._last_stats = self.engine.stats()
         return EngineInfo(loaded.name, str(loaded.device), self.engine.runner.window_samples, loaded.tokenizer,
-                          self._last_stats)
+                          self._last_stats, supports_word_timestamps(loaded))
 
     def handle(self, message: object, audio: np.ndarray | None = None, client: int = 0) -> bool:
         """Acts on one message from ``client``; returns False for ``StopCore``. Request ids must be unique
@@ -81,6 +88,8 @@ class EngineCore:
                 self._checks.append((client, CheckResult(message.call_id, None)))
             except UnsupportedOptionError as exc:
                 self._checks.append((client, CheckResult(message.call_id, str(exc))))
+        elif isinstance(message, AlignWords):
+            self._alignments.append((client, self._align(message, audio)))
         elif isinstance(message, StopCore):
             return False
         else:
@@ -101,6 +110,20 @@ class EngineCore:
         self._sent[message.request_id] = 0 if message.partial else None
         self._owner[message.request_id] = client
 
+    def _align(self, message: AlignWords, audio: np.ndarray | None) -> AlignResult:
+        """Answers one ``AlignWords``. It fails alone: a request's words are not worth the core's life."""
+        if audio is None or len(audio) != sum(message.num_samples):
+            raise TypeError("AlignWords without its audio frame, or with a frame of another length")
+        windows = np.split(audio, np.cumsum(message.num_samples)[:-1])
+        try:
+            words = align_windows(self.engine.loaded, message.rows, windows)
+        except UnsupportedOptionError as exc:
+            return AlignResult(message.call_id, error_kind=UNSUPPORTED_OPTION, error=str(exc))
+        except Exception as exc:
+            log.exception("word alignment failed")
+            return AlignResult(message.call_id, error_kind=INTERNAL_ERROR, error=_describe(exc))
+        return AlignResult(message.call_id, tuple(tuple(row) for row in words))
+
     def step(self) -> CoreUpdate | None:
         """One step for a core with a single client (client 0): what it has to hear, if anything."""
         return self.step_all(1).get(0)
@@ -119,16 +142,19 @@ class EngineCore:
         changed = stats if stats != self._last_stats else None
         self._last_stats = stats
         clients = set(deltas) | {c for c, _ in self._failures} | {c for c, _ in self._checks}
+        clients |= {c for c, _ in self._alignments}
         if changed is not None:
             clients |= set(range(num_clients))
         updates = {
             client: CoreUpdate(tuple(deltas.get(client, ())),
                                tuple(f for c, f in self._failures if c == client),
-                               tuple(r for c, r in self._checks if c == client), changed)
+                               tuple(r for c, r in self._checks if c == client),
+                               tuple(a for c, a in self._alignments if c == client), changed)
             for client in sorted(clients)
         }
         self._failures.clear()
         self._checks.clear()
+        self._alignments.clear()
         return updates
 
     def _delta(self, output: RequestOutput) -> TokenDelta | None:

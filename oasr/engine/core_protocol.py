@@ -1,10 +1,10 @@
 """What the API process and the engine-core process say to each other over their two ZeroMQ sockets.
 
 API -> core (PUSH/PULL): ``AddRequest`` (its audio travels as a second frame of raw float32 bytes),
-``AbortRequests``, ``CheckOptions``, ``StopCore``. Core -> API (PUSH/PULL): first ``CoreReady`` or
-``CoreFailed``, then one ``CoreUpdate`` per loop iteration that had anything to say, and ``CoreFailed`` if the
-loop dies. Messages are pickled: both ends are the same program, on sockets in a directory only this user
-can open.
+``AbortRequests``, ``CheckOptions``, ``AlignWords`` (audio as for ``AddRequest``), ``StopCore``. Core -> API
+(PUSH/PULL): first ``CoreReady`` or ``CoreFailed``, then one ``CoreUpdate`` per loop iteration that had
+anything to say, and ``CoreFailed`` if the loop dies. Messages are pickled: both ends are the same program,
+on sockets in a directory only this user can open.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import Any
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import FinishReason, RequestTimings
-from oasr.types import DecodeOptions
+from oasr.models.whisper.alignment import AlignmentRow
+from oasr.types import DecodeOptions, Word
 
 # Error kinds a request can fail with in the core; the client raises the matching error class.
 UNSUPPORTED_OPTION = "unsupported_option"
 INVALID_REQUEST = "invalid_request"
+INTERNAL_ERROR = "internal_error"  # the core failed at something it was asked (logged there)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class EngineInfo:
     window_samples: int
     tokenizer: Any  # the model's tokenizer (picklable): the API process turns token ids into text
     stats: EngineStats
+    supports_word_timestamps: bool = False  # the core answers ``AlignWords``
 
 
 # ----------------------------------------------------------------------------------- API -> core
@@ -68,6 +71,16 @@ class AbortRequests:
 class CheckOptions:
     call_id: int
     options: DecodeOptions
+
+
+@dataclass(frozen=True)
+class AlignWords:
+    """Word timestamps for one input's decoded windows (``oasr.engine.words``), one row per window, in order.
+    The windows' audio travels as one second frame, concatenated, ``num_samples`` of it per window."""
+
+    call_id: int
+    rows: tuple[AlignmentRow, ...]
+    num_samples: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -117,10 +130,19 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class AlignResult:
+    call_id: int
+    words: tuple[tuple[Word, ...], ...] = ()  # per row of the ``AlignWords``, in order
+    error_kind: str | None = None  # UNSUPPORTED_OPTION, INVALID_REQUEST or INTERNAL_ERROR when it failed
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class CoreUpdate:
     deltas: tuple[TokenDelta, ...] = ()
     failures: tuple[RequestFailed, ...] = ()
     checks: tuple[CheckResult, ...] = ()
+    alignments: tuple[AlignResult, ...] = ()
     stats: EngineStats | None = None  # sent when it changed since the last update
 
 

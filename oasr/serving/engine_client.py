@@ -4,14 +4,15 @@ the server's process). Tests may wrap either (to slow it down, count aborts) wit
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput
-from oasr.types import DecodeOptions
+from oasr.models.whisper.alignment import AlignmentRow
+from oasr.types import DecodeOptions, Word
 
 
 class EngineClient(Protocol):
@@ -25,8 +26,17 @@ class EngineClient(Protocol):
     def alive(self) -> bool:
         """False once the engine has stopped (its loop failed, its process exited): nothing can be served."""
 
+    @property
+    def supports_word_timestamps(self) -> bool:
+        """Whether ``align_words`` can answer (the model declares word timestamps)."""
+
     async def check(self, options: DecodeOptions) -> None:
         """Raises ``UnsupportedOptionError`` for options the model cannot serve."""
+
+    async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> Sequence[Sequence[Word]]:
+        """The words of one input's decoded windows, one row each (``oasr.engine.words.alignment_rows``), from
+        each window's audio; times from the input's start. Raises ``EngineDeadError`` when the engine has
+        stopped."""
 
     def generate(self, audio: np.ndarray, options: DecodeOptions, *,
                  partial: bool = True) -> AsyncIterator[RequestOutput]:

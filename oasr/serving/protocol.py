@@ -1,8 +1,8 @@
 """OpenAI's audio API on the wire: request fields, response bodies, stream events and the error shape.
 
 Shapes follow the ``openai`` Python package's types (``openai.types.audio``): ``Transcription``,
-``TranscriptionVerbose``/``TranslationVerbose`` with ``TranscriptionSegment``, and the stream events
-``transcript.text.delta`` / ``transcript.text.done``.
+``TranscriptionVerbose``/``TranslationVerbose`` with ``TranscriptionSegment`` and ``TranscriptionWord``, and the
+stream events ``transcript.text.delta`` / ``transcript.text.done``.
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ class TranslationParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str
-    prompt: str | None = None
+    prompt: str | None = None  # text the decoder is conditioned on (openai-whisper's ``initial_prompt``)
     response_format: ResponseFormat = "json"
-    temperature: float = Field(default=0.0, ge=0.0, le=1.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=1.0)  # 0: greedy; above: sampling at that temperature
 
 
 class TranscriptionParams(TranslationParams):
@@ -116,20 +116,30 @@ class VerboseSegment(BaseModel):
     end: float
     text: str
     tokens: list[int]
-    temperature: float
+    temperature: float  # the request's
     avg_logprob: float | None
     compression_ratio: float
     no_speech_prob: float | None
 
 
+class VerboseWord(BaseModel):
+    """One word and when it was spoken (seconds from the start), without the leading space, as OpenAI's."""
+
+    word: str
+    start: float
+    end: float
+
+
 class VerboseTranscriptionResponse(BaseModel):
-    """``response_format=verbose_json``."""
+    """``response_format=verbose_json``. ``segments`` are left out when only word granularity was asked for,
+    ``words`` unless it was (as OpenAI answers)."""
 
     task: Literal["transcribe", "translate"]
     language: str
     duration: float
     text: str
-    segments: list[VerboseSegment]
+    segments: list[VerboseSegment] | None = None
+    words: list[VerboseWord] | None = None
     usage: Usage | None = None
 
 

@@ -3,6 +3,21 @@ window, all at once -> one result, rendered in the asked format or streamed as t
 
 Every way a request can end (answered, failed, timed out, client gone, stream closed) cancels its windows'
 output iterators, which aborts their engine requests and frees their rows; admission is released with it.
+
+The request fields mean what OpenAI's do, decoded as ``oasr.transcribe`` decodes (parallel long-form mode), so
+the server answers the same text as offline on the same options:
+- ``prompt``: every window is conditioned on the text (openai-whisper's ``initial_prompt``: after
+  ``<|startofprev|>``, its newest tokens up to half the decoder's positions).
+- ``temperature`` above 0: every window samples at that temperature. 0 decodes greedily, without OpenAI's
+  automatic raise of the temperature (openai-whisper's fallback): that fallback belongs to the sequential loop,
+  where each window resumes at the last timestamp of the one before and a failed window holds up the rest,
+  while the server decodes its windows independently and at once; a retried window would also take back text
+  already streamed, and offline parallel decoding has no fallback either.
+- ``timestamp_granularities`` ``word`` (verbose_json): once every window is decoded, the engine aligns their
+  tokens to the audio (``oasr.engine.words``: one more encoder pass, the alignment heads' cross-attention, DTW)
+  and the answer carries ``words``; ``segment`` gives segments from timestamp tokens.
+A model that cannot serve a field (a CTC or transducer model takes no prompt, does not sample, has no word
+timestamps) refuses it with a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -12,9 +27,8 @@ import functools
 import logging
 import os
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,12 +37,13 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from oasr.audio import SAMPLE_RATE, audio_duration
+from oasr.audio import audio_duration
 from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
 from oasr.engine.offline import to_samples
 from oasr.engine.request import RequestOutput
+from oasr.engine.results import DecodedWindow, assemble, decoded_window, with_words
+from oasr.engine.words import alignment_rows
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
-from oasr.engine.results import DecodedWindow, assemble, decoded_window
 from oasr.serving.decoding import OrderedText, WindowedDecode
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.formats import render
@@ -41,7 +56,6 @@ from oasr.serving.protocol import (
     TranscriptionResponse,
     TranslationParams,
     Usage,
-    VerboseSegment,
     VerboseTranscriptionResponse,
     internal_error,
     validation_error,
@@ -49,12 +63,12 @@ from oasr.serving.protocol import (
 from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
-from oasr.types import DecodeOptions, Segment, Task, Transcription
+from oasr.serving.verbose import verbose_segments, verbose_words
+from oasr.types import DecodeOptions, Task, Transcription
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SAMPLES_PER_FRAME = SAMPLE_RATE // 100  # Whisper's 10 ms feature frames, in which ``seek`` counts
 _MAX_NAME_CHARS = 128  # of a client's file or model name echoed back in errors
 _TEXT_FORMATS = {"text": "txt", "srt": "srt", "vtt": "vtt"}
 _STREAMED_FORMATS = ("json", "text")  # a stream carries text events; subtitles and segments need the end
@@ -114,6 +128,14 @@ class TranscriptionJob:
     @property
     def stream(self) -> bool:
         return isinstance(self.params, TranscriptionParams) and self.params.stream
+
+    @property
+    def granularities(self) -> list[str]:
+        return self.params.timestamp_granularities if isinstance(self.params, TranscriptionParams) else []
+
+    @property
+    def word_timestamps(self) -> bool:
+        return "word" in self.granularities
 
 
 @dataclass(frozen=True)
@@ -188,34 +210,59 @@ class OpenAIServingTranscription:
         return TranscriptionJob(task, params, source, audio, duration_s, options, ticket, deadline)
 
     async def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
-        """Refuses, saying why, every option this server would otherwise have to ignore."""
-        if params.prompt:
-            raise APIError(400, "'prompt' is not supported yet: the decoder does not take a text prompt.",
-                           param="prompt", code="unsupported_parameter")
-        if params.temperature > 0:
-            raise APIError(400, "Only temperature 0 (greedy decoding) is served; sampling is not implemented yet.",
-                           param="temperature", code="unsupported_parameter")
+        """Refuses, saying why, every option this server would otherwise have to ignore. Temperature 0 is greedy
+        decoding without fallback (see the module's docstring)."""
         language, timestamps = None, False
         if isinstance(params, TranscriptionParams):
-            if "word" in params.timestamp_granularities:
-                raise APIError(400, "Word timestamps are not available yet; only 'segment' granularity is.",
-                               param="timestamp_granularities", code="unsupported_parameter")
             if params.timestamp_granularities and params.response_format != "verbose_json":
                 raise APIError(400, "'timestamp_granularities' needs response_format 'verbose_json'.",
                                param="timestamp_granularities")
             if params.stream and params.response_format not in _STREAMED_FORMATS:
                 raise APIError(400, f"stream=true sends text events; response_format must be json or text, not "
                                f"{params.response_format}.", param="stream")
+            if "word" in params.timestamp_granularities and not self.engine.supports_word_timestamps:
+                raise APIError(400, f"The model `{self.settings.served_model_name}` gives no word timestamps "
+                               "(Whisper models do); ask for 'segment' granularity or none.",
+                               param="timestamp_granularities", code="unsupported_option")
             language = params.language or None
             # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window).
             timestamps = "segment" in params.timestamp_granularities
-        options = DecodeOptions(language=language, task=task, timestamps=timestamps)
+        options = DecodeOptions(language=language, task=task, timestamps=timestamps, temperature=params.temperature,
+                                prompt=params.prompt or None)
         try:
             await self.engine.check(options)
         except UnsupportedOptionError as exc:
-            raise APIError(400, str(exc), param="language" if language else None,
-                           code="unsupported_option") from None
+            raise await self._refusal(options, exc) from None
         return options
+
+    async def _refusal(self, options: DecodeOptions, exc: UnsupportedOptionError) -> APIError:
+        """The 400 for options the engine refused, naming the request field it refuses on its own (asked one
+        field at a time; only a refused request pays for these checks)."""
+        plain = DecodeOptions(task=options.task)
+        fields = {"language": replace(plain, language=options.language),
+                  "prompt": replace(plain, prompt=options.prompt),
+                  "temperature": replace(plain, temperature=options.temperature),
+                  "timestamp_granularities": replace(plain, timestamps=options.timestamps)}
+        refused = None
+        if await self._serves(plain):  # else the task itself is refused (an English-only model translating)
+            for field, alone in fields.items():
+                if alone != plain and not await self._serves(alone):
+                    refused = field
+                    break
+        model = f"The model `{self.settings.served_model_name}`"
+        message = {
+            "prompt": f"{model} takes no text prompt; send the request without 'prompt'.",
+            "temperature": f"{model} decodes greedily only; 'temperature' must be 0.",
+            "timestamp_granularities": f"{model} gives no segment timestamps; leave out 'timestamp_granularities'.",
+        }.get(refused, str(exc))
+        return APIError(400, message, param=refused, code="unsupported_option")
+
+    async def _serves(self, options: DecodeOptions) -> bool:
+        try:
+            await self.engine.check(options)
+        except UnsupportedOptionError:
+            return False
+        return True
 
     async def _decode_audio(self, upload: UploadFile) -> tuple[str, np.ndarray]:
         source = os.path.basename(upload.filename or "")[:_MAX_NAME_CHARS] or "file"
@@ -242,7 +289,20 @@ class OpenAIServingTranscription:
         first_tokens = [o.timings.first_token for o in finals.values() if o.timings.first_token is not None]
         if first_tokens:
             self.metrics.first_token_seconds.observe(max(min(first_tokens) - job.ticket.admitted_at, 0.0))
-        return self._result(job, finals)
+        windows = self._windows(finals, job.duration_s)
+        if job.word_timestamps:
+            windows = await self._with_words(job, windows, decode.windows)
+        return self._result(job, windows)
+
+    async def _with_words(self, job: TranscriptionJob, windows: list[DecodedWindow],
+                          audio: list[np.ndarray]) -> list[DecodedWindow]:
+        """The windows with their words, aligned by the engine within the request's deadline."""
+        rows = alignment_rows(windows, audio, job.task, self.engine.window_samples)
+        timeout = job.deadline - asyncio.get_running_loop().time()
+        if timeout <= 0:
+            raise TimeoutError
+        words = await asyncio.wait_for(self.engine.align_words(rows, audio), timeout)
+        return [with_words(w, tuple(ws)) for w, ws in zip(windows, words, strict=True)]
 
     async def _stream(self, job: TranscriptionJob, client_gone: Callable[[], Awaitable[None]]) -> SSEResponse:
         """Waits for the first output before answering, so that a request the engine refuses gets its real
@@ -276,7 +336,8 @@ class OpenAIServingTranscription:
                 if decode.done:
                     break
                 index, output = await decode.next(job.deadline)
-            yield sse_data(TextDoneEvent(text=self._result(job, finals).transcription.text))
+            result = self._result(job, self._windows(finals, job.duration_s))
+            yield sse_data(TextDoneEvent(text=result.transcription.text))
         except Exception as exc:  # the status line is gone: OpenAI's clients raise on an ``error`` event
             yield sse_data(self._api_error(exc).body())
         finally:
@@ -298,11 +359,13 @@ class OpenAIServingTranscription:
             work_task.cancel()
             gone_task.cancel()
 
-    def _result(self, job: TranscriptionJob, finals: dict[int, RequestOutput]) -> TranscriptionResult:
+    def _windows(self, finals: dict[int, RequestOutput], duration_s: float) -> list[DecodedWindow]:
         window = self.engine.window_samples
-        windows = [decoded_window(self.tokenizer, i, window, job.duration_s, finals[i].token_ids, finals[i].language,
-                                  avg_logprob=finals[i].avg_logprob, no_speech_prob=finals[i].no_speech_prob)
-                   for i in sorted(finals)]
+        return [decoded_window(self.tokenizer, i, window, duration_s, finals[i].token_ids, finals[i].language,
+                               avg_logprob=finals[i].avg_logprob, no_speech_prob=finals[i].no_speech_prob)
+                for i in sorted(finals)]
+
+    def _result(self, job: TranscriptionJob, windows: list[DecodedWindow]) -> TranscriptionResult:
         self.metrics.total_seconds.observe(time.perf_counter() - job.ticket.admitted_at)
         self.metrics.audio_seconds.inc(job.duration_s)
         return TranscriptionResult(assemble(job.source, job.duration_s, windows), windows)
@@ -321,19 +384,19 @@ class OpenAIServingTranscription:
         if fmt in _TEXT_FORMATS:
             return PlainTextResponse(render(transcription, _TEXT_FORMATS[fmt]))
         if fmt == "verbose_json":
+            only_words = job.word_timestamps and "segment" not in job.granularities
             body = VerboseTranscriptionResponse(
                 task=job.task,
                 # A translation's language is its output's (OpenAI: always English); a transcription's, the audio's.
                 language="en" if job.task == "translate" else transcription.language or job.options.language or "",
                 duration=transcription.duration_s,
                 text=transcription.text,
-                segments=[_timestamped_segment(i, w, seg, self.tokenizer.decode(list(seg.token_ids)))
-                          for i, (w, seg) in enumerate((w, seg) for w in result.windows for seg in w.segments)]
-                if job.options.timestamps
-                else [_verbose_segment(i, w) for i, w in enumerate(w for w in result.windows if w.text.strip())],
+                segments=None if only_words else verbose_segments(self.tokenizer, result.windows, job.options),
+                words=verbose_words(result.windows) if job.word_timestamps else None,
                 usage=usage,
             )
-            return JSONResponse(body.model_dump(exclude={"usage"} if usage is None else None))
+            return JSONResponse(body.model_dump(exclude={k for k in ("segments", "words", "usage")
+                                                         if getattr(body, k) is None}))
         return JSONResponse(TranscriptionResponse(text=transcription.text, usage=usage).model_dump(exclude_none=True))
 
     def _api_error(self, exc: Exception) -> APIError:
@@ -353,36 +416,3 @@ class OpenAIServingTranscription:
                             code="engine_unavailable")
         log.error("transcription failed", exc_info=exc)
         return internal_error()
-
-
-def _verbose_segment(segment_id: int, window: DecodedWindow) -> VerboseSegment:
-    text_bytes = window.text.encode("utf-8")
-    return VerboseSegment(
-        id=segment_id,
-        seek=window.start_sample // SAMPLES_PER_FRAME,
-        start=window.start_s,
-        end=window.end_s,
-        text=window.text,
-        tokens=window.token_ids,
-        temperature=0.0,  # greedy decoding, no temperature fallback
-        avg_logprob=None,
-        compression_ratio=len(text_bytes) / len(zlib.compress(text_bytes)),  # as Whisper computes it
-        no_speech_prob=None,
-    )
-
-
-def _timestamped_segment(segment_id: int, window: DecodedWindow, segment: Segment, text: str) -> VerboseSegment:
-    """A segment closed by timestamp tokens, with the decoding details of its window; ``text`` as decoded
-    (leading space kept, as Whisper's segments do)."""
-    return VerboseSegment(
-        id=segment_id,
-        seek=window.start_sample // SAMPLES_PER_FRAME,
-        start=segment.start,
-        end=segment.end,
-        text=text,
-        tokens=list(segment.token_ids),
-        temperature=segment.temperature,
-        avg_logprob=segment.avg_logprob,
-        compression_ratio=segment.compression_ratio,
-        no_speech_prob=segment.no_speech_prob,
-    )

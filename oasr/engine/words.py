@@ -1,0 +1,49 @@
+"""Word timestamps for windows the engine has decoded, as a second pass beside the step loop.
+
+A window's words need its tokens, which are known only once it finishes, and its encoder output, which the
+engine frees at that moment; so the windows' audio is encoded again and aligned (``oasr.models.whisper.
+alignment``: alignment heads, median filter, DTW), all windows of one input in one call, each window's first
+word placed after where speech ended in the window before it. ``oasr.transcribe(word_timestamps=True)`` does
+the same in parallel long-form mode, so the server's words equal offline ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from oasr.engine.results import DecodedWindow
+from oasr.errors import UnsupportedOptionError
+from oasr.models.loader import LoadedModel
+from oasr.models.whisper.alignment import HOP_LENGTH, AlignmentRow, frames_of, word_timings
+from oasr.types import Task, Word
+
+
+def supports_word_timestamps(loaded: LoadedModel) -> bool:
+    """Whether the architecture declares word timestamps (Whisper: every checkpoint, with its alignment heads or
+    openai-whisper's default heads)."""
+    return getattr(type(loaded.model), "supports_word_timestamps", False)
+
+
+def alignment_rows(windows: Sequence[DecodedWindow], audio: Sequence[np.ndarray], task: Task,
+                   window_samples: int) -> list[AlignmentRow]:
+    """One row per decoded window of one input, in order; ``audio`` holds each window's samples."""
+    max_frames = window_samples // HOP_LENGTH
+    return [
+        AlignmentRow(tuple(w.token_ids), frames_of(len(samples), max_frames), language=w.language, task=task,
+                     time_offset=w.start_s, last_speech_end=0.0 if i == 0 else None)
+        for i, (w, samples) in enumerate(zip(windows, audio, strict=True))
+    ]
+
+
+def align_windows(loaded: LoadedModel, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[list[Word]]:
+    """The words of each row (times from the input's start), from the rows' audio (16 kHz, one window each)."""
+    if not supports_word_timestamps(loaded):
+        raise UnsupportedOptionError(f"{loaded.name} ({loaded.architecture}) cannot give word timestamps")
+    if len(rows) != len(audio):
+        raise ValueError(f"{len(rows)} rows but {len(audio)} windows of audio")
+    if not rows:
+        return []
+    features = loaded.features(list(audio), device=loaded.device)
+    return word_timings(loaded.model, loaded.tokenizer, rows, features=features)
