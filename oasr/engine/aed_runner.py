@@ -28,6 +28,7 @@ from oasr.engine.kv_cache import KVShape, PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
 from oasr.engine.request import Request
 from oasr.engine.scheduler import DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
+from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.prompt import WhisperPrompt, WhisperPrompter
 from oasr.types import DecodeOptions
@@ -124,6 +125,8 @@ class AEDRunner:
 
     def check(self, options: DecodeOptions) -> None:
         self.prompter.check(options)
+        if options.beam_size is not None:
+            raise UnsupportedOptionError(f"{self.loaded.name}: beam search is not available yet")
 
     # ------------------------------------------------------------------ step
 
@@ -149,24 +152,28 @@ class AEDRunner:
     # ------------------------------------------------------------------ decode walk
 
     def _sync_block_tables(self, rows: tuple[DecodeRow, ...]) -> None:
-        stale = [row for row in rows if len(row.block_ids) != self._table_len[row.slot]]
-        if not stale:
-            return
-        table = torch.zeros(len(stale), self.max_blocks, dtype=torch.long)
-        for i, row in enumerate(stale):
-            table[i, : len(row.block_ids)] = torch.tensor(row.block_ids)
-            self._table_len[row.slot] = len(row.block_ids)
-        slots = torch.tensor([row.slot for row in stale], device=self.device)
+        stale = [(slot, blocks) for row in rows for slot, blocks in zip(row.slots, row.block_ids, strict=True)
+                 if len(blocks) != self._table_len[slot]]
+        if stale:
+            self._write_block_tables(stale)
+
+    def _write_block_tables(self, tables: list[tuple[int, tuple[int, ...]]]) -> None:
+        """Copies each (slot, block ids) pair's table to the device in one transfer."""
+        table = torch.zeros(len(tables), self.max_blocks, dtype=torch.long)
+        for i, (slot, blocks) in enumerate(tables):
+            table[i, : len(blocks)] = torch.tensor(blocks)
+            self._table_len[slot] = len(blocks)
+        slots = torch.tensor([slot for slot, _ in tables], device=self.device)
         self.block_table.index_copy_(0, slots, table.to(self.device))
 
     def _decode(
         self, rows: tuple[DecodeRow, ...], steps: int
     ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[float, ...]]]:
         self._sync_block_tables(rows)
-        batch = _bucket(max(row.slot for row in rows) + 1, self.batch_buckets)
-        num_blocks = _bucket(max(len(row.block_ids) for row in rows), self.block_buckets)
-        timestamps = any(self._slot_timestamps[row.slot] for row in rows)
-        sampling = any(self._slot_sampling[row.slot] for row in rows)
+        batch = _bucket(max(max(row.slots) for row in rows) + 1, self.batch_buckets)
+        num_blocks = _bucket(max(len(row.block_ids[0]) for row in rows), self.block_buckets)
+        timestamps = any(self._slot_timestamps[row.slots[0]] for row in rows)
+        sampling = any(self._slot_sampling[row.slots[0]] for row in rows)
         for i in range(steps):
             tokens, logprobs = self._step(batch, num_blocks, timestamps, sampling)
             self._step_tokens[i, :batch].copy_(tokens)
@@ -177,8 +184,8 @@ class AEDRunner:
         ).cpu()
         tokens, logprobs = host[0].long(), host[1]
         return (
-            {row.request_id: tuple(tokens[:, row.slot].tolist()) for row in rows},
-            {row.request_id: tuple(logprobs[:, row.slot].tolist()) for row in rows},
+            {row.request_id: tuple(tokens[:, row.slots[0]].tolist()) for row in rows},
+            {row.request_id: tuple(logprobs[:, row.slots[0]].tolist()) for row in rows},
         )
 
     def _step(self, batch: int, num_blocks: int, timestamps: bool, sampling: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,14 +255,10 @@ class AEDRunner:
         if self._compiled_encoder:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
         cross_k, cross_v = self.model.cross_kv(self._encoder(features))
-        slots = torch.tensor([row.slot for row in rows], device=self.device)
+        slots = torch.tensor([row.slots[0] for row in rows], device=self.device)
         self.cross_k.index_copy_(1, slots, cross_k)
         self.cross_v.index_copy_(1, slots, cross_v)
-        table = torch.zeros(len(rows), self.max_blocks, dtype=torch.long)
-        for i, row in enumerate(rows):
-            table[i, : len(row.block_ids)] = torch.tensor(row.block_ids)
-            self._table_len[row.slot] = len(row.block_ids)
-        self.block_table.index_copy_(0, slots, table.to(self.device))
+        self._write_block_tables([(row.slots[0], row.block_ids[0]) for row in rows])
 
         languages = self._pick_languages(batch, slots, cross_k, cross_v)
         prompts = [self.prompter.prompt(lang, r.options) for lang, r in zip(languages, batch, strict=True)]
@@ -296,8 +299,8 @@ class AEDRunner:
         self.timestamps.index_copy_(0, slots, timestamps)
         self.temperature.index_copy_(0, slots, temperature)
         for row, o in zip(rows, options, strict=True):
-            self._slot_timestamps[row.slot] = o.timestamps
-            self._slot_sampling[row.slot] = o.temperature > 0
+            self._slot_timestamps[row.slots[0]] = o.timestamps
+            self._slot_sampling[row.slots[0]] = o.temperature > 0
         return first, logprobs
 
     def _features(self, batch: list[Request]) -> torch.Tensor:
