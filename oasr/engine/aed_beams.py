@@ -52,8 +52,11 @@ class BeamTick:
 
 
 class BeamRows:
-    def __init__(self, num_slots: int, max_positions: int, max_steps: int, eot: int, device: torch.device) -> None:
-        self.select = AEDBeam(eot).select
+    """``strategy``: the architecture's beam step (None: it has none, and no search is ever opened)."""
+
+    def __init__(self, strategy: AEDBeam | None, num_slots: int, max_positions: int, max_steps: int,
+                 device: torch.device) -> None:
+        self.strategy = strategy
         self.device = device
         length = max_positions + 1  # a step writes the token after position max_positions - 1
         long = {"dtype": torch.long, "device": device}
@@ -102,7 +105,7 @@ class BeamRows:
         for k, groups, slots in tick.by_size:
             end = start + len(groups)
             scores = torch.zeros(len(groups), 1, device=self.device)
-            choice = self.select(logprobs[start:end, None], scores, k)
+            choice = self.strategy.select(logprobs[start:end, None], scores, k)
             first = slots[:, :1]
             self._stage_ended(step, slots, first.expand(-1, choice.ended_source.shape[1]), choice)
             source = first.expand(-1, k)
@@ -121,7 +124,7 @@ class BeamRows:
         -> (source slots [N], target slots [N]) of the beam rows, for the K/V copy."""
         sources, targets = [], []
         for k, _, slots in tick.by_size:
-            choice = self.select(torch.log_softmax(filtered[slots], dim=-1), self.scores[slots], k)
+            choice = self.strategy.select(torch.log_softmax(filtered[slots], dim=-1), self.scores[slots], k)
             beam_source = slots.gather(1, choice.source)
             self._stage_ended(step, slots, slots.gather(1, choice.ended_source), choice)
             self._extend(step, slots, beam_source, choice, positions[slots[:, 0]] + 1)

@@ -111,7 +111,9 @@ class AEDRunner:
         max_steps = max(config.scheduler.decode_steps_per_tick, config.scheduler.combined_decode_steps)
         self._step_tokens = torch.zeros(max_steps, slots, **long)
         self._step_logprobs = torch.zeros(max_steps, slots, dtype=torch.float32, device=self.device)
-        self.beams = BeamRows(slots, self.max_positions, max_steps, self.special.eot, self.device)
+        beam_strategy = getattr(arch, "beam_decode_strategy", None)
+        self.beams = BeamRows(DECODE_STRATEGIES.get(beam_strategy)(self.special.eot) if beam_strategy else None,
+                              slots, self.max_positions, max_steps, self.device)
         self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
         self._encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
@@ -133,6 +135,8 @@ class AEDRunner:
 
     def check(self, options: DecodeOptions) -> None:
         self.prompter.check(options)
+        if options.beam_size is not None and self.beams.strategy is None:
+            raise UnsupportedOptionError(f"{self.loaded.name} ({self.loaded.architecture}) has no beam search")
         rows = options.num_decode_rows
         if rows > self.num_slots:
             raise UnsupportedOptionError(f"beam_size {rows} needs {rows} decode rows; this engine has {self.num_slots} "
