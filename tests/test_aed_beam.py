@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -73,7 +75,7 @@ def oasr_beam_search(num_audio: int, beam_size: int, patience, length_penalty, m
         for a, search in enumerate(searches):
             ended = [Hypothesis(histories[a][s], float(score))
                      for s, score in zip(choice.ended_source[a].tolist(), choice.ended_scores[a].tolist(),
-                                         strict=True) if score == score]  # NaN: no more ended this step
+                                         strict=True) if not math.isnan(score)]  # NaN: no more ended
             search.add(ended)
             histories[a] = [histories[a][s] + (t,) for s, t in zip(choice.source[a].tolist(),
                                                                    choice.tokens[a].tolist(), strict=True)]

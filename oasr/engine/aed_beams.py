@@ -16,6 +16,7 @@ brings just those tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -160,30 +161,35 @@ class BeamRows:
         returns the results of the searches that ended (quota of ended hypotheses reached, or token budget)."""
         groups = list(tick.groups)
         columns = [slot for g in groups for slot in g.slots]
-        ended_scores = self.ended_scores[:num_steps, columns].double().cpu().tolist()
-        plans, fetch = [], []  # per group: (ended per step as (step, slot, score), final step or None)
-        offset = 0
+        scores = self.ended_scores[:num_steps, columns].double().cpu().tolist()
+        plans, wanted, offset = [], [], 0
         for group in groups:
-            taken: list[tuple[int, int, float]] = []
-            wanted, final = group.search.num_wanted, None
-            for step in range(num_steps):
-                row = ended_scores[step][offset : offset + len(group.slots)]
-                ended = [(step, slot, s) for slot, s in zip(group.slots, row, strict=True) if s == s][:wanted]
-                taken += ended
-                wanted -= len(ended)
-                if wanted == 0 or group.num_generated + step + 1 >= group.max_new_tokens:
-                    final = step
-                    break
-            plans.append((taken, final))
-            fetch += [("ended", step, slot) for step, slot, _ in taken]
+            plan = self._plan(group, [row[offset : offset + len(group.slots)] for row in scores])
+            plans.append(plan)
+            taken, final = plan
+            wanted += [("ended", step, slot) for step, slot, _ in taken]
             if final is not None and len(group.search.ended) + len(taken) < group.search.beam_size:
-                fetch += [("live", final, slot) for slot in group.slots]
+                wanted += [("live", final, slot) for slot in group.slots]
             offset += len(group.slots)
-        rows = self._fetch(fetch)
+        rows = self._fetch(wanted)
         results: dict[str, BeamResult] = {}
         for group, (taken, final) in zip(groups, plans, strict=True):
             results.update(self._settle(group, taken, final, num_steps, rows))
         return results
+
+    @staticmethod
+    def _plan(group: BeamGroup, scores: list[list[float]]) -> tuple[list[tuple[int, int, float]], int | None]:
+        """From one group's staged scores per step (NaN: nothing ended in that column): the hypotheses its
+        search takes as (step, slot, score), and the step it ends at (None: it goes on)."""
+        taken: list[tuple[int, int, float]] = []
+        wanted = group.search.num_wanted
+        for step, row in enumerate(scores):
+            ended = [(step, slot, s) for slot, s in zip(group.slots, row, strict=True) if not math.isnan(s)]
+            taken += ended[:wanted]
+            wanted -= len(ended[:wanted])
+            if wanted == 0 or group.num_generated + step + 1 >= group.max_new_tokens:
+                return taken, step
+        return taken, None
 
     def _fetch(self, wanted: list[tuple[str, int, int]]) -> dict[tuple[str, int, int], tuple[list[int], float]]:
         """The staged rows named by (kind, step, slot), in one transfer: tokens by position and the score."""
