@@ -103,6 +103,17 @@ def test_patience_and_length_penalty_equal_openai_whisper(tiny_en, reference) ->
     assert outputs["patience 2"].token_ids != default and outputs["length penalty 0.5"].token_ids != default
 
 
+def test_searches_of_different_beam_sizes_in_one_walk_give_what_each_gives_alone(tiny_en) -> None:
+    short = clips(("ps_cards_004", "coqui_ljspeech_LJ001-0001"))
+    sizes = (1, 2, 5)
+    together = run(ASREngine(tiny_en), [(f"{c.id}/{k}", c.audio, DecodeOptions(beam_size=k, timestamps=k == 2))
+                                        for c in short for k in sizes])
+    for k in sizes:
+        alone = run(ASREngine(tiny_en), [(f"{c.id}/{k}", c.audio, DecodeOptions(beam_size=k, timestamps=k == 2))
+                                         for c in short])
+        assert all(alone[r].token_ids == together[r].token_ids for r in alone), k
+
+
 def test_beam_requests_that_wait_and_are_preempted_give_the_same_tokens(tiny_en) -> None:
     short = clips(("ps_cards_004", "mfa_cold_corpus3", "ps_cards_001"))
     requests = [(f"{c.id}/{beam}", c.audio, DecodeOptions(beam_size=beam)) for c in short for beam in (None, 3)]
