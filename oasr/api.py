@@ -50,6 +50,9 @@ def transcribe(
     skip_errors: bool = False,
     word_timestamps: bool = False,
     vad: str | None = None,
+    beam_size: int | None = None,
+    patience: float | None = None,
+    length_penalty: float | None = None,
 ) -> list[Transcription]:
     """Transcribes audio files, bytes or 16 kHz float arrays. Raises ``AudioDecodeError`` on the first input that
     cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``).
@@ -58,10 +61,13 @@ def transcribe(
     timestamps, conditioning on previous text, temperature fallback); ``timestamps=True`` gives segments with
     real start and end times in parallel mode too. ``word_timestamps`` fills each segment's ``words`` (Whisper
     checkpoints); ``vad`` names a detector (``oasr.vad``) that cuts parallel long-form windows at silences.
-    ``options`` (a full ``TranscribeOptions``) replaces the keyword options before it."""
+    ``beam_size`` decodes by beam search (openai-whisper's, with ``patience`` and ``length_penalty``) instead of
+    greedily; each window then decodes on ``beam_size`` rows. ``options`` (a full ``TranscribeOptions``)
+    replaces the keyword options before it."""
     if options is None:
         options = TranscribeOptions(language=language, task=task, batch_size=batch_size, long_form=long_form,
-                                    timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad)
+                                    timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad,
+                                    beam_size=beam_size, patience=patience, length_penalty=length_penalty)
     results = []
     for result in iter_transcribe(inputs, model, options=options, device=device, dtype=dtype):
         if result.error and not skip_errors:

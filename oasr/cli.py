@@ -32,6 +32,14 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default=None, help="text to condition on (vocabulary, names, style)")
     p.add_argument("--no-fallback", action="store_true",
                    help="sequential: never decode a window again at a higher temperature")
+    p.add_argument("--beam-size", type=int, default=None,
+                   help="beam search with this many beams (openai-whisper's; 1 gives the greedy tokens) instead of "
+                   "greedy decoding; sequential fallback temperatures above 0 still sample")
+    p.add_argument("--patience", type=float, default=None,
+                   help="beam search ends once round(beam size * patience) hypotheses have ended (default 1)")
+    p.add_argument("--length-penalty", type=float, default=None,
+                   help="rank beam hypotheses by log-probability / ((5 + length) / 6) ** PENALTY, PENALTY in [0, 1] "
+                   "(default: divide by the length)")
     p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
     p.add_argument("--output-dir", type=Path, default=None, help="write FILE_STEM.FORMAT here instead of stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -90,12 +98,17 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     from oasr.api import iter_transcribe
     from oasr.types import FallbackOptions, TranscribeOptions
 
-    options = TranscribeOptions(
-        language=args.language, task=args.task, batch_size=args.batch_size, long_form=args.long_form,
-        timestamps=args.timestamps or args.output_format in ("srt", "vtt"), prompt=args.prompt,
-        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
-        vad=args.vad, word_timestamps=args.word_timestamps,
-    )
+    try:
+        options = TranscribeOptions(
+            language=args.language, task=args.task, batch_size=args.batch_size, long_form=args.long_form,
+            timestamps=args.timestamps or args.output_format in ("srt", "vtt"), prompt=args.prompt,
+            fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
+            vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
+            length_penalty=args.length_penalty,
+        )
+    except ValueError as exc:
+        print(f"oasr: error: {exc}", file=sys.stderr)
+        return 2
     dtype = None if args.dtype == "auto" else args.dtype
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)

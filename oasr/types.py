@@ -10,6 +10,24 @@ LongForm = Literal["parallel", "sequential"]
 LONG_FORM_MODES = ("parallel", "sequential")
 
 
+def check_beam_options(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
+    """openai-whisper's rules for beam-search options (``DecodingTask._verify_options``, ``BeamSearchDecoder``),
+    with messages that say which value is wrong. OASR has no best-of-N sampling, so ``length_penalty`` (which
+    ranks hypotheses) needs a beam as ``patience`` does, rather than being accepted and ignored."""
+    if beam_size is None:
+        if patience is not None or length_penalty is not None:
+            raise ValueError("patience and length_penalty shape beam search: give beam_size too")
+        return
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an integer >= 1 (or None for greedy decoding), got {beam_size!r}")
+    if patience is not None and not patience > 0:
+        raise ValueError(f"patience must be > 0, got {patience}")
+    if round(beam_size * (patience or 1.0)) < 1:
+        raise ValueError(f"beam_size {beam_size} with patience {patience} waits for no finished hypothesis")
+    if length_penalty is not None and not 0.0 <= length_penalty <= 1.0:
+        raise ValueError(f"length_penalty must be in [0, 1] (or None: divide by the length), got {length_penalty}")
+
+
 @dataclass(frozen=True)
 class FallbackOptions:
     """openai-whisper's checks on each window of sequential long-form decoding. A window whose text compresses
@@ -46,8 +64,14 @@ class TranscribeOptions:
     prompt: str | None = None  # text the first window (sequential) or every window (parallel) is conditioned on
     condition_on_previous_text: bool = True  # sequential: each window sees the text decoded before it
     fallback: FallbackOptions = field(default_factory=FallbackOptions)  # sequential only
+    # Beam search (see ``DecodeOptions``). Sequential mode searches only at temperature 0 and samples the fallback
+    # temperatures, as openai-whisper's ``transcribe()`` does.
+    beam_size: int | None = None
+    patience: float | None = None
+    length_penalty: float | None = None
 
     def __post_init__(self) -> None:
+        check_beam_options(self.beam_size, self.patience, self.length_penalty)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.task not in ("transcribe", "translate"):
@@ -77,10 +101,27 @@ class DecodeOptions:
     # as the long-form driver passes previous windows' output, token ids. At most one of the two.
     prompt: str | None = None
     prompt_token_ids: tuple[int, ...] = ()
+    # Beam search (openai-whisper's ``BeamSearchDecoder``): None decodes greedily; N keeps the N likeliest
+    # unfinished hypotheses (N decode rows) and, at 1, gives the greedy tokens. The search ends once
+    # round(N * patience) hypotheses have ended (patience None = 1). The finished ones are ranked by their summed
+    # log-probability divided by their length (length_penalty None) or by ((5 + length) / 6) ** length_penalty.
+    # Beam search is deterministic: it needs temperature 0.
+    beam_size: int | None = None
+    patience: float | None = None
+    length_penalty: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        if self.beam_size is not None and self.temperature > 0:
+            raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "
+                             "(sample with beam_size=None)")
+
+    @property
+    def num_decode_rows(self) -> int:
+        """Decode rows (and self-attention caches) a request with these options holds while it decodes."""
+        return self.beam_size or 1
         if self.prompt is not None and self.prompt_token_ids:
             raise ValueError("give the prompt as text or as token ids, not both")
 

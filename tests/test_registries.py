@@ -81,6 +81,13 @@ def test_decode_strategies_declare_what_they_consume() -> None:
         assert isinstance(strategy.incremental, bool)
 
 
+def test_declared_beam_strategies_are_registered_beam_steps() -> None:
+    declared = [arch.beam_decode_strategy for _, arch in ARCHITECTURES.items() if hasattr(arch, "beam_decode_strategy")]
+    assert declared  # Whisper declares one
+    for name in declared:
+        assert callable(getattr(DECODE_STRATEGIES.get(name), "select", None)), name
+
+
 def test_unknown_entry_names_the_registered_ones() -> None:
     with pytest.raises(UnknownEntryError, match="whisper"):
         ARCHITECTURES.get("wav2vec9")

@@ -60,6 +60,15 @@ def make_scheduler(num_blocks: int = 1000, **overrides) -> Scheduler:
     return Scheduler(config, BlockPool(num_blocks, 16), eot=EOT, max_positions=MAX_POSITIONS)
 
 
+def assert_rows_distinct(out: SchedulerOutput) -> None:
+    """No slot or KV block is handed to two rows of one step."""
+    rows = (*out.encode, *out.decode)
+    slots = [slot for row in rows for slot in row.slots]
+    blocks = [block for row in rows for table in row.block_ids for block in table]
+    assert len(set(slots)) == len(slots) and len(set(blocks)) == len(blocks)
+    assert all(len(row.block_ids) == len(row.slots) for row in rows)
+
+
 def run_to_completion(scheduler: Scheduler, runner: FakeRunner, *, max_steps: int = 10_000, check=None):
     finished = {}
     for _ in range(max_steps):
@@ -130,7 +139,7 @@ def test_no_request_is_lost_under_random_load_aborts_and_small_memory() -> None:
             finished[victim] = output
         out = scheduler.schedule()
         peak_blocks = max(peak_blocks, scheduler.pool.num_used)
-        assert len({r.slot for r in out.decode} | {r.slot for r in out.encode}) == len(out.decode) + len(out.encode)
+        assert_rows_distinct(out)
         for output in scheduler.update(out, runner.execute(out)):
             if output.finished:
                 assert output.request_id not in finished
@@ -181,7 +190,7 @@ def test_requests_wait_when_blocks_run_out_and_memory_never_exceeds_the_pool() -
 
     def check(s: Scheduler, out: SchedulerOutput) -> None:
         assert s.pool.num_used <= blocks - 1
-        held = sum(len(r.block_ids) for r in s.running)
+        held = sum(len(blocks) for r in s.running for blocks in r.block_ids)
         assert held == s.pool.num_used
 
     finished = run_to_completion(scheduler, runner, check=check)

@@ -11,6 +11,7 @@ from oasr.registry import Registry
 DECODE_STRATEGIES: Registry[type] = Registry(
     "decode strategy",
     lazy={
+        "aed_beam": "oasr.decode.aed_beam",
         "aed_greedy": "oasr.decode.aed_greedy",
         "ctc_greedy": "oasr.decode.ctc_greedy",
         "ctc_prefix_beam": "oasr.decode.ctc_prefix_beam",

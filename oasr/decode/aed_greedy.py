@@ -62,6 +62,11 @@ class AEDGreedy:
         """logits: [B, vocab] float -> (next tokens [B] int64, their log-probabilities [B] float32).
         ``first``: every row chooses its first generated token. ``sampling``: some row may have a temperature
         above 0 (when False, every row is greedy and no random numbers are drawn)."""
+        return self.choose(self.filter(logits, rows, first=first), rows, sampling=sampling)
+
+    def filter(self, logits: torch.Tensor, rows: AEDRowState, *, first: bool) -> torch.Tensor:
+        """The logit filters: logits [B, vocab] -> filtered float32 logits [B, vocab] (a new tensor; forbidden
+        tokens at -inf). Beam search ranks its continuations on these too, as openai-whisper does."""
         logits = logits.masked_fill(self.begin_suppress if first else self.suppress, float("-inf"))
         eot = self.options.eot
         logits[:, eot] = torch.where(rows.eot_allowed, logits[:, eot], float("-inf"))
@@ -69,7 +74,11 @@ class AEDGreedy:
             if self.timestamp_rules is None:
                 raise ValueError("this vocabulary has no timestamp tokens")
             logits = self.timestamp_rules.apply(logits, rows.timestamps, first=first)
-        logits = logits.float()
+        return logits.float()
+
+    @staticmethod
+    def choose(logits: torch.Tensor, rows: AEDRowState, *, sampling: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Filtered logits [B, vocab] -> (each row's argmax or draw [B] int64, its log-probability [B] float32)."""
         tokens = logits.argmax(dim=-1)
         if sampling:
             tokens = torch.where(rows.temperature > 0, sample(logits, rows.temperature), tokens)

@@ -9,6 +9,12 @@ host once per tick.
 Prompts differ in length between requests (a previous-text prompt, ``<|notimestamps|>`` or not): the encode
 walk runs them right-padded in one pass. A padded position writes K/V either to the null block or to a position
 of its own row past its prompt, which the row's decode steps overwrite before ever attending to it.
+
+Beam search (``oasr.engine.aed_beams``): a request of beam size K holds K slots. Its prompt runs once, in its
+first slot; the first beam step copies the prompt's K/V to the other slots, and every later step copies each
+beam's K/V, token history and timestamp state from the row it extends. A tick with beam rows runs its steps
+eagerly (the selection and the copies depend on which requests search, so they are not captured); ticks of
+greedy and sampling rows alone keep their CUDA graphs, and a beam tick gives greedy rows the same tokens.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.aed_greedy import AEDGreedyOptions, AEDRowState
 from oasr.decode.timestamp_rules import TimestampState, TimestampTokens
+from oasr.engine.aed_beams import BeamRows, BeamTick
 from oasr.engine.config import EngineConfig
 from oasr.engine.kv_cache import KVShape, PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
 from oasr.engine.request import Request
-from oasr.engine.scheduler import DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
+from oasr.engine.scheduler import BeamResult, DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
+from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.prompt import WhisperPrompt, WhisperPrompter
 from oasr.types import DecodeOptions
@@ -103,6 +111,9 @@ class AEDRunner:
         max_steps = max(config.scheduler.decode_steps_per_tick, config.scheduler.combined_decode_steps)
         self._step_tokens = torch.zeros(max_steps, slots, **long)
         self._step_logprobs = torch.zeros(max_steps, slots, dtype=torch.float32, device=self.device)
+        beam_strategy = getattr(arch, "beam_decode_strategy", None)
+        self.beams = BeamRows(DECODE_STRATEGIES.get(beam_strategy)(self.special.eot) if beam_strategy else None,
+                              slots, self.max_positions, max_steps, self.device)
         self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
         self._encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
@@ -124,6 +135,16 @@ class AEDRunner:
 
     def check(self, options: DecodeOptions) -> None:
         self.prompter.check(options)
+        if options.beam_size is not None and self.beams.strategy is None:
+            raise UnsupportedOptionError(f"{self.loaded.name} ({self.loaded.architecture}) has no beam search")
+        rows = options.num_decode_rows
+        if rows > self.num_slots:
+            raise UnsupportedOptionError(f"beam_size {rows} needs {rows} decode rows; this engine has {self.num_slots} "
+                                         "(raise max_num_seqs, or the batch size)")
+        blocks = rows * -(-self.max_positions // self.pool.block_size)
+        if blocks > self.pool.num_blocks - 1:
+            raise UnsupportedOptionError(f"beam_size {rows} needs up to {blocks} KV blocks; the pool has "
+                                         f"{self.pool.num_blocks - 1} (raise the cache memory budget)")
 
     # ------------------------------------------------------------------ step
 
@@ -135,40 +156,52 @@ class AEDRunner:
             released = torch.tensor(out.released_slots, device=self.device)
             self.block_table.index_fill_(0, released, 0)
             self.positions.index_fill_(0, released, 0)
-        decoded, logprobs, encoded = {}, {}, {}
+            self.beams.release(out.released_slots)
+        decoded, logprobs, encoded, beams = {}, {}, {}, {}
         if out.decode:
             start = time.perf_counter()
-            decoded, logprobs = self._decode(out.decode, out.num_decode_steps)
+            decoded, logprobs, beams = self._decode(out.decode, out.num_decode_steps)
             self.phase_seconds["decode"] += time.perf_counter() - start
         if out.encode:
             start = time.perf_counter()
-            encoded = self._encode(out.encode, requests)
+            encoded, first_beams = self._encode(out.encode, requests)
+            beams.update(first_beams)
             self.phase_seconds["encode"] += time.perf_counter() - start
-        return RunnerOutput(encoded=encoded, decoded=decoded, logprobs=logprobs)
+        return RunnerOutput(encoded=encoded, decoded=decoded, logprobs=logprobs, beams=beams)
 
     # ------------------------------------------------------------------ decode walk
 
     def _sync_block_tables(self, rows: tuple[DecodeRow, ...]) -> None:
-        stale = [row for row in rows if len(row.block_ids) != self._table_len[row.slot]]
-        if not stale:
-            return
-        table = torch.zeros(len(stale), self.max_blocks, dtype=torch.long)
-        for i, row in enumerate(stale):
-            table[i, : len(row.block_ids)] = torch.tensor(row.block_ids)
-            self._table_len[row.slot] = len(row.block_ids)
-        slots = torch.tensor([row.slot for row in stale], device=self.device)
+        stale = [(slot, blocks) for row in rows for slot, blocks in zip(row.slots, row.block_ids, strict=True)
+                 if len(blocks) != self._table_len[slot]]
+        if stale:
+            self._write_block_tables(stale)
+
+    def _write_block_tables(self, tables: list[tuple[int, tuple[int, ...]]]) -> None:
+        """Copies each (slot, block ids) pair's table to the device in one transfer."""
+        table = torch.zeros(len(tables), self.max_blocks, dtype=torch.long)
+        for i, (slot, blocks) in enumerate(tables):
+            table[i, : len(blocks)] = torch.tensor(blocks)
+            self._table_len[slot] = len(blocks)
+        slots = torch.tensor([slot for slot, _ in tables], device=self.device)
         self.block_table.index_copy_(0, slots, table.to(self.device))
 
     def _decode(
         self, rows: tuple[DecodeRow, ...], steps: int
-    ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[float, ...]]]:
+    ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[float, ...]], dict[str, BeamResult]]:
         self._sync_block_tables(rows)
-        batch = _bucket(max(row.slot for row in rows) + 1, self.batch_buckets)
-        num_blocks = _bucket(max(len(row.block_ids) for row in rows), self.block_buckets)
-        timestamps = any(self._slot_timestamps[row.slot] for row in rows)
-        sampling = any(self._slot_sampling[row.slot] for row in rows)
+        batch = _bucket(max(max(row.slots) for row in rows) + 1, self.batch_buckets)
+        num_blocks = _bucket(max(len(row.block_ids[0]) for row in rows), self.block_buckets)
+        timestamps = any(self._slot_timestamps[row.slots[0]] for row in rows)
+        sampling = any(self._slot_sampling[row.slots[0]] for row in rows)
+        searching = [row for row in rows if row.request_id in self.beams.groups]
+        tick = self.beams.tick([self.beams.groups[row.request_id] for row in searching],
+                               max((len(row.block_ids[0]) for row in searching), default=0))
         for i in range(steps):
-            tokens, logprobs = self._step(batch, num_blocks, timestamps, sampling)
+            if tick is None:
+                tokens, logprobs = self._step(batch, num_blocks, timestamps, sampling)
+            else:
+                tokens, logprobs = self._step_eager(batch, num_blocks, timestamps, sampling, beams=(tick, i))
             self._step_tokens[i, :batch].copy_(tokens)
             self._step_logprobs[i, :batch].copy_(logprobs)
         # One transfer for both (token ids are exact in float64).
@@ -176,9 +209,11 @@ class AEDRunner:
             (self._step_tokens[:steps, :batch].double(), self._step_logprobs[:steps, :batch].double())
         ).cpu()
         tokens, logprobs = host[0].long(), host[1]
+        greedy = [row for row in rows if row.request_id not in self.beams.groups]
         return (
-            {row.request_id: tuple(tokens[:, row.slot].tolist()) for row in rows},
-            {row.request_id: tuple(logprobs[:, row.slot].tolist()) for row in rows},
+            {row.request_id: tuple(tokens[:, row.slots[0]].tolist()) for row in greedy},
+            {row.request_id: tuple(logprobs[:, row.slots[0]].tolist()) for row in greedy},
+            self.beams.collect(tick, steps) if tick is not None else {},
         )
 
     def _step(self, batch: int, num_blocks: int, timestamps: bool, sampling: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,10 +227,13 @@ class AEDRunner:
         return next_tokens, logprobs
 
     def _step_eager(
-        self, batch: int, num_blocks: int, timestamps: bool, sampling: bool
+        self, batch: int, num_blocks: int, timestamps: bool, sampling: bool,
+        beams: tuple[BeamTick, int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One token for every slot in [0, batch). Idle slots read and write the null block; their tokens are
-        never read. Only device buffers are touched, so this can be captured."""
+        never read. Only device buffers are touched, so this can be captured (without ``beams``).
+        ``beams``: (the tick's searches, this step's index in the tick): beam rows then take the searches'
+        choices instead of their argmax, and the state of the rows their new beams extend."""
         positions = self.positions[:batch]
         context = paged_context(self.pool, self.block_table[:batch, :num_blocks], positions[:, None])
         logits = self.model.decode(
@@ -211,13 +249,33 @@ class AEDRunner:
                 last_timestamp=self.last_timestamp[:batch],
             ) if timestamps else None,
         )
-        next_tokens, logprobs = self.strategy.select(logits, rows, first=False, sampling=sampling)
-        is_timestamp = next_tokens >= self.special.timestamp_begin
-        self.last_timestamp[:batch].copy_(torch.where(is_timestamp, next_tokens, self.last_timestamp[:batch]))
-        self.previous[:batch].copy_(self.tokens[:batch])
-        self.tokens[:batch].copy_(next_tokens)
-        self.positions[:batch].copy_(torch.clamp(positions + 1, max=self.max_positions - 1))
+        filtered = self.strategy.filter(logits, rows, first=False)
+        next_tokens, logprobs = self.strategy.choose(filtered, rows, sampling=sampling)
+        if beams is None:
+            self._advance(batch, next_tokens)
+            return next_tokens, logprobs
+        tick, step = beams
+        source = torch.arange(batch, device=self.device)
+        beam_sources, beam_targets = self.beams.advance(tick, step, filtered, positions, next_tokens, source)
+        self._copy_kv(beam_sources, beam_targets, tick.num_blocks)
+        self._advance(batch, next_tokens, source)
         return next_tokens, logprobs
+
+    def _advance(self, batch: int, next_tokens: torch.Tensor, source: torch.Tensor | None = None) -> None:
+        """Appends ``next_tokens`` [B] to rows [0, batch). ``source`` [B]: the row whose history each row now
+        continues (a beam may extend another row's beam); None: each its own."""
+        last, last_timestamp = self.tokens[:batch], self.last_timestamp[:batch]
+        if source is not None:
+            last, last_timestamp = last[source], last_timestamp[source]
+        is_timestamp = next_tokens >= self.special.timestamp_begin
+        self.last_timestamp[:batch].copy_(torch.where(is_timestamp, next_tokens, last_timestamp))
+        self.previous[:batch].copy_(last)
+        self.tokens[:batch].copy_(next_tokens)
+        self.positions[:batch].copy_(torch.clamp(self.positions[:batch] + 1, max=self.max_positions - 1))
+
+    def _copy_kv(self, sources: torch.Tensor, targets: torch.Tensor, num_blocks: int) -> None:
+        """Self-attention K/V of slots ``sources`` [N] into slots ``targets`` [N], first ``num_blocks`` blocks."""
+        self.pool.copy_blocks(self.block_table[sources, :num_blocks], self.block_table[targets, :num_blocks])
 
     def _capture(
         self, batch: int, num_blocks: int, timestamps: bool, sampling: bool
@@ -242,7 +300,9 @@ class AEDRunner:
 
     # ------------------------------------------------------------------ encode walk
 
-    def _encode(self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]) -> dict[str, EncodeResult]:
+    def _encode(
+        self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]
+    ) -> tuple[dict[str, EncodeResult], dict[str, BeamResult]]:
         batch = [requests[row.request_id] for row in rows]
         features = self._features(batch)
         if self._compiled_encoder:
@@ -250,33 +310,45 @@ class AEDRunner:
         # Per layer, one copy from the projection (a head-split view) into the slots; the prompt pass below reads
         # the projections themselves.
         cross_k, cross_v = self.model.cross_kv_layers(self._encoder(features))
-        slots = torch.tensor([row.slot for row in rows], device=self.device)
-        for layer, (k, v) in enumerate(zip(cross_k, cross_v, strict=True)):
-            self.cross_k[layer].index_copy_(0, slots, k)
-            self.cross_v[layer].index_copy_(0, slots, v)
-        table = torch.zeros(len(rows), self.max_blocks, dtype=torch.long)
-        for i, row in enumerate(rows):
-            table[i, : len(row.block_ids)] = torch.tensor(row.block_ids)
-            self._table_len[row.slot] = len(row.block_ids)
-        self.block_table.index_copy_(0, slots, table.to(self.device))
+        self._store_cross(rows, cross_k, cross_v)
+        self._write_block_tables([(slot, blocks) for row in rows
+                                  for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
+        slots = torch.tensor([row.slots[0] for row in rows], device=self.device)
 
         languages = self._pick_languages(batch, slots, cross_k, cross_v)
         prompts = [self.prompter.prompt(lang, r.options) for lang, r in zip(languages, batch, strict=True)]
         last_logits, no_speech = self._run_prompts(prompts, slots, cross_k, cross_v)
-        first, logprobs = self._first_tokens(rows, [r.options for r in batch], prompts, last_logits, slots)
+        first, logprobs, tick = self._first_tokens(rows, batch, prompts, last_logits)
         host = torch.stack((first.double(), logprobs.double(), no_speech.double())).cpu().tolist()
-        return {
-            row.request_id: EncodeResult(token_ids=(int(token),), language=lang, logprobs=(lp,), no_speech_prob=ns)
-            for row, lang, token, lp, ns in zip(rows, languages, *host, strict=True)
+        encoded = {
+            row.request_id: EncodeResult(token_ids=() if r.is_beam else (int(token),), language=lang,
+                                         logprobs=() if r.is_beam else (lp,), no_speech_prob=ns)
+            for row, r, lang, token, lp, ns in zip(rows, batch, languages, *host, strict=True)
         }
+        return encoded, self.beams.collect(tick, 1) if tick is not None else {}
+
+    def _store_cross(
+        self, rows: tuple[EncodeRow, ...], cross_k: Sequence[torch.Tensor], cross_v: Sequence[torch.Tensor]
+    ) -> None:
+        """Each row's cross-attention K/V (per layer, [B, H, S, D]) into every slot it holds: a request's beams
+        all attend to the same audio."""
+        for beam in range(max(len(row.slots) for row in rows)):
+            have = [i for i, row in enumerate(rows) if len(row.slots) > beam]
+            slots = torch.tensor([rows[i].slots[beam] for i in have], device=self.device)
+            index = None if len(have) == len(rows) else torch.tensor(have, device=self.device)
+            for layer, (k, v) in enumerate(zip(cross_k, cross_v, strict=True)):
+                if index is not None:
+                    k, v = k.index_select(0, index), v.index_select(0, index)
+                self.cross_k[layer].index_copy_(0, slots, k)
+                self.cross_v[layer].index_copy_(0, slots, v)
 
     def _first_tokens(
-        self, rows: tuple[EncodeRow, ...], options: list[DecodeOptions], prompts: list[WhisperPrompt],
-        logits: torch.Tensor, slots: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Chooses each row's first token from the logits after its prompt and sets up its slot for decoding.
-        -> (tokens [B], their log-probabilities [B])."""
+        self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[WhisperPrompt], logits: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, BeamTick | None]:
+        """Chooses each row's first token from the logits after its prompt and sets up its slots for decoding;
+        starts the beam searches among them. -> (tokens [B], their log-probabilities [B], the searches)."""
         device = self.device
+        options = [r.options for r in batch]
         prompt_lens = torch.tensor([len(p.token_ids) for p in prompts], device=device)
         eot_from = prompt_lens - 1 + torch.tensor([o.min_new_tokens for o in options], device=device)
         timestamps = torch.tensor([o.timestamps for o in options], device=device)
@@ -288,20 +360,43 @@ class AEDRunner:
             timestamps=TimestampState(timestamps, nothing, nothing, nothing)
             if any(o.timestamps for o in options) else None,
         )
-        first, logprobs = self.strategy.select(logits, state, first=True,
-                                               sampling=any(o.temperature > 0 for o in options))
+        filtered = self.strategy.filter(logits, state, first=True)
+        first, logprobs = self.strategy.choose(filtered, state, sampling=any(o.temperature > 0 for o in options))
+        # Every slot of a row starts from the row's prompt; beam rows then take their search's first tokens.
+        owner = torch.tensor([i for i, row in enumerate(rows) for _ in row.slots], device=device)
+        slots = torch.tensor([slot for row in rows for slot in row.slots], device=device)
         tb = self.special.timestamp_begin
-        self.tokens.index_copy_(0, slots, first)
-        self.positions.index_copy_(0, slots, prompt_lens)
-        self.eot_from.index_copy_(0, slots, eot_from)
+        self.tokens.index_copy_(0, slots, first[owner])
+        self.positions.index_copy_(0, slots, prompt_lens[owner])
+        self.eot_from.index_copy_(0, slots, eot_from[owner])
         self.previous.index_fill_(0, slots, tb)  # fewer than two tokens sampled: the rules count it a timestamp
-        self.last_timestamp.index_copy_(0, slots, torch.where(first >= tb, first, nothing))
-        self.timestamps.index_copy_(0, slots, timestamps)
-        self.temperature.index_copy_(0, slots, temperature)
+        self.last_timestamp.index_copy_(0, slots, torch.where(first >= tb, first, nothing)[owner])
+        self.timestamps.index_copy_(0, slots, timestamps[owner])
+        self.temperature.index_copy_(0, slots, temperature[owner])
         for row, o in zip(rows, options, strict=True):
-            self._slot_timestamps[row.slot] = o.timestamps
-            self._slot_sampling[row.slot] = o.temperature > 0
-        return first, logprobs
+            for slot in row.slots:
+                self._slot_timestamps[slot] = o.timestamps
+                self._slot_sampling[slot] = o.temperature > 0
+        return first, logprobs, self._start_beams(rows, batch, prompts, filtered)
+
+    def _start_beams(self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[WhisperPrompt],
+                     filtered: torch.Tensor) -> BeamTick | None:
+        """The first step of every beam search among ``rows``: K beams out of the prompt's filtered logits
+        ([B, vocab]); the prompt's K/V, in each request's first slot, is copied to its other slots."""
+        searching = {row.request_id: i for i, (row, r) in enumerate(zip(rows, batch, strict=True)) if r.is_beam}
+        if not searching:
+            return None
+        groups = [self.beams.open(rows[i].request_id, rows[i].slots, len(prompts[i].token_ids),
+                                  batch[i].max_new_tokens, batch[i].options) for i in searching.values()]
+        tick = self.beams.tick(groups, max(len(rows[i].block_ids[0]) for i in searching.values()))
+        order = torch.tensor([searching[g.request_id] for g in tick.groups], device=self.device)
+        prompt_lens = torch.tensor([g.prompt_len for g in tick.groups], device=self.device)
+        sources, targets, tokens = self.beams.first_step(tick, torch.log_softmax(filtered[order], dim=-1), prompt_lens)
+        tb = self.special.timestamp_begin
+        self.tokens.index_copy_(0, targets, tokens)
+        self.last_timestamp.index_copy_(0, targets, torch.where(tokens >= tb, tokens, torch.zeros_like(tokens)))
+        self._copy_kv(sources, targets, tick.num_blocks)
+        return tick
 
     def _features(self, batch: list[Request]) -> torch.Tensor:
         """[B, n_mels, frames]: the caller's features where a request brings them, the extractor's elsewhere."""

@@ -104,7 +104,7 @@ class ASREngine:
         if out.is_empty:
             return []
         self.encode_batch_sizes.observe(len(out.encode))
-        self.decode_batch_sizes.observe(len(out.decode))
+        self.decode_batch_sizes.observe(sum(len(row.slots) for row in out.decode))  # a beam request has K rows
         result = self.runner.execute(out, self.scheduler.requests)
         return self.scheduler.update(out, result)
 

@@ -55,6 +55,8 @@ class FrameSyncRunner:
             raise UnsupportedOptionError(f"{self.loaded.name} cannot force an output length (min_new_tokens)")
         if options.timestamps or options.prompt or options.prompt_token_ids or options.temperature > 0:
             raise UnsupportedOptionError(f"{self.loaded.name} decodes greedily without timestamps or a text prompt")
+        if options.beam_size is not None:
+            raise UnsupportedOptionError(f"{self.loaded.name} has no beam search (beam_size); it decodes greedily")
 
     def prompt_len_for(self, options: DecodeOptions) -> int:
         return self.prompt_len

@@ -41,6 +41,16 @@ class PagedKVPool:
         """block_table: [B, nb] -> pool rows of positions 0 .. nb * block_size - 1 of each request: [B, nb * bs]."""
         return (block_table[:, :, None] * self.block_size + self.offsets).flatten(1)
 
+    def copy_blocks(self, source_table: torch.Tensor, target_table: torch.Tensor) -> None:
+        """Every position of ``source_table``'s blocks into the same position of ``target_table``'s, for K and V of
+        every layer; both [N, nb]. All sources are read before any target is written, so a row may be a target
+        and another row's source at once (beam search reorders its beams this way). Null-block entries of
+        shorter rows copy the null block onto itself."""
+        sources = self.rows(source_table).flatten()
+        targets = self.rows(target_table).flatten()
+        self.k.index_copy_(1, targets, self.k.index_select(1, sources))
+        self.v.index_copy_(1, targets, self.v.index_select(1, sources))
+
 
 class PagedContext:
     """One forward's view of the pool: where the new tokens' K/V go, and which positions each query sees.

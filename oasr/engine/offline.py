@@ -72,14 +72,15 @@ def fixed_spans(num_samples: int, window: int) -> list[Span]:
 
 
 def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = None) -> EngineConfig:
-    """``batch_size`` bounds the windows decoding at once and the windows encoded per step."""
+    """``batch_size`` bounds the windows decoding at once and the windows encoded per step; with beam search
+    each window decodes on ``beam_size`` rows."""
     base = base or EngineConfig()
     s = base.scheduler
     return replace(
         base,
         scheduler=replace(
             s,
-            max_num_seqs=options.batch_size,
+            max_num_seqs=options.batch_size * (options.beam_size or 1),
             max_encode_rows=min(s.max_encode_rows, options.batch_size),
             max_combined_encode_rows=min(s.max_combined_encode_rows, options.batch_size),
         ),
@@ -96,7 +97,9 @@ class OfflineTranscriber:
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))
         self.decode_options = DecodeOptions(language=options.language, task=options.task,
-                                            timestamps=options.timestamps, prompt=options.prompt)
+                                            timestamps=options.timestamps, prompt=options.prompt,
+                                            beam_size=options.beam_size, patience=options.patience,
+                                            length_penalty=options.length_penalty)
         self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
         self.planner = None

@@ -50,9 +50,14 @@ class Request:
     num_frames: int = 0  # encoder input frames (for the per-step frame cap)
     max_new_tokens: int = 0  # resolved budget of generated tokens
     status: RequestStatus = RequestStatus.WAITING
-    slot: int | None = None
-    block_ids: list[int] = field(default_factory=list)
+    # Decode rows held while running: one, or one per beam (in beam order), each with its own KV blocks.
+    # Empty for families that finish inside the encode walk.
+    slots: list[int] = field(default_factory=list)
+    block_ids: list[list[int]] = field(default_factory=list)  # per slot
     output_ids: list[int] = field(default_factory=list)
+    # Tokens chosen so far per row, end-of-text excluded. Equals len(output_ids) when decoding greedily; a beam
+    # request's output is known only when its search ends, so it counts steps here.
+    num_generated: int = 0
     language: str | None = None
     finish_reason: FinishReason | None = None
     sum_logprob: float | None = None  # of the output tokens, end-of-text included (families that report them)
@@ -64,16 +69,26 @@ class Request:
     timings: RequestTimings = field(default_factory=RequestTimings)
 
     @property
+    def is_beam(self) -> bool:
+        return self.options.beam_size is not None
+
+    @property
+    def num_rows(self) -> int:
+        return self.options.num_decode_rows
+
+    @property
     def num_cached(self) -> int:
-        """Decoder positions whose K/V is in the cache: the prompt and every output token but the newest."""
-        return self.prompt_len + max(len(self.output_ids) - 1, 0)
+        """Decoder positions whose K/V is in each row's cache: the prompt and every generated token but the
+        newest (every beam of a request is equally long)."""
+        return self.prompt_len + max(self.num_generated - 1, 0)
 
     def reset_for_recompute(self) -> None:
         """Preempted: drop all decode state; the request is encoded and decoded again from scratch."""
         self.status = RequestStatus.WAITING
-        self.slot = None
+        self.slots = []
         self.block_ids = []
         self.output_ids = []
+        self.num_generated = 0
         self.language = None
         self.sum_logprob = None
         self.no_speech_prob = None

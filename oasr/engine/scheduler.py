@@ -7,6 +7,11 @@ When both have work the step is *combined*: encode rows are capped lower and the
 so a newcomer's first token does not wait behind a long decode tick. The head of the queue is never passed
 over more than ``starvation_bound`` steps: when slots or blocks are what keeps it out, the most recently
 admitted running request is preempted (its state dropped and recomputed later), once per request at most.
+
+A beam-search request holds ``beam_size`` decode rows, each with a slot and KV blocks of its own, from admission
+to its end: they are admitted, grown, preempted and freed together. The runner keeps the beams on the device and
+reports the request's tokens once its search ends (``RunnerOutput.beams``); until then the scheduler only counts
+its steps, and shortens a tick rather than run a search past its token budget.
 """
 
 from __future__ import annotations
@@ -23,17 +28,22 @@ from oasr.engine.request import FinishReason, Request, RequestOutput, RequestSta
 
 @dataclass(frozen=True)
 class EncodeRow:
+    """One request to encode. ``slots``: its decode rows (one per beam; none for families that finish inside
+    the encode walk); ``block_ids``: each slot's KV blocks."""
+
     request_id: str
-    slot: int | None  # None for families that finish inside the encode walk
-    block_ids: tuple[int, ...]
+    slots: tuple[int, ...]
+    block_ids: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
 class DecodeRow:
+    """One running request: its slots (one per beam, in beam order) and each slot's KV blocks."""
+
     request_id: str
-    slot: int
-    block_ids: tuple[int, ...]
-    num_cached: int  # positions already in the cache; the next token is written at this position
+    slots: tuple[int, ...]
+    block_ids: tuple[tuple[int, ...], ...]
+    num_cached: int  # positions already in each row's cache; the next token is written at this position
 
 
 @dataclass(frozen=True)
@@ -63,10 +73,21 @@ class EncodeResult:
 
 
 @dataclass(frozen=True)
+class BeamResult:
+    """A beam search that has ended: the hypothesis the ranker chose, without end-of-text. ``ended``: it ended
+    with end-of-text (else it was cut at the request's token budget); ``sum_logprob`` includes end-of-text's."""
+
+    token_ids: tuple[int, ...]
+    sum_logprob: float
+    ended: bool = True
+
+
+@dataclass(frozen=True)
 class RunnerOutput:
     encoded: dict[str, EncodeResult] = field(default_factory=dict)
-    decoded: dict[str, tuple[int, ...]] = field(default_factory=dict)  # num_decode_steps tokens per row
+    decoded: dict[str, tuple[int, ...]] = field(default_factory=dict)  # num_decode_steps tokens per greedy row
     logprobs: dict[str, tuple[float, ...]] = field(default_factory=dict)  # of the decoded tokens, where reported
+    beams: dict[str, BeamResult] = field(default_factory=dict)  # beam requests whose search ended in this step
 
 
 class Scheduler:
@@ -92,6 +113,15 @@ class Scheduler:
     def add(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in use")
+        if self.incremental and request.num_rows > 1:
+            # A request that could never be admitted, or never grow to its budget alone, would wait forever.
+            if request.num_rows > self.config.max_num_seqs:
+                raise ValueError(f"{request.num_rows} beams need as many decode rows; the engine has "
+                                 f"{self.config.max_num_seqs}")
+            blocks = request.num_rows * self.pool.blocks_for(self.max_positions)
+            if blocks > self.pool.num_blocks - 1:
+                raise ValueError(f"{request.num_rows} beams of {self.max_positions} positions need {blocks} KV "
+                                 f"blocks; the pool has {self.pool.num_blocks - 1}")
         request.arrival_step = self.step_count
         self.requests[request.request_id] = request
         self.waiting.append(request)
@@ -118,13 +148,14 @@ class Scheduler:
             self._make_room_for(ordered[0])
         cap = cfg.max_combined_encode_rows if self.running else cfg.max_encode_rows
         encode_now = self._worth_encoding(ordered, cap)
-        steps = cfg.combined_decode_steps if encode_now else cfg.decode_steps_per_tick
+        steps = self._tick_length(cfg.combined_decode_steps if encode_now else cfg.decode_steps_per_tick)
         decode = self._decode_rows(steps) if self.running else ()
         encode = self._admit(ordered, cap) if encode_now else ()
-        if decode and not encode and steps < cfg.decode_steps_per_tick:
-            top_up = self._decode_rows(cfg.decode_steps_per_tick, preempt=False)
+        full_tick = self._tick_length(cfg.decode_steps_per_tick)
+        if decode and not encode and steps < full_tick:
+            top_up = self._decode_rows(full_tick, preempt=False)
             if top_up:
-                decode, steps = top_up, cfg.decode_steps_per_tick
+                decode, steps = top_up, full_tick
         admitted = {row.request_id for row in encode}
         for request in self.waiting:
             if request.request_id not in admitted:
@@ -141,8 +172,15 @@ class Scheduler:
         self._released, self._preempted = [], []
         return out
 
+    def _tick_length(self, steps: int) -> int:
+        """``steps``, or fewer so that no beam search runs past its token budget inside the tick: the runner
+        ranks a search's live beams at its last step, so that step must end a tick."""
+        left = [r.max_new_tokens - r.num_generated for r in self.running if r.is_beam]
+        return max(1, min([steps, *left]))
+
     def _blocks_needed(self, request: Request, num_positions: int) -> int:
-        return self.pool.blocks_for(min(num_positions, self.max_positions)) - len(request.block_ids)
+        """More blocks each of the request's rows needs to hold ``num_positions`` positions."""
+        return self.pool.blocks_for(min(num_positions, self.max_positions)) - len(request.block_ids[0])
 
     def _decode_rows(self, steps: int, *, preempt: bool = True) -> tuple[DecodeRow, ...]:
         """Grows every running request's blocks to hold ``steps`` more positions; on shortage preempts the newest
@@ -151,9 +189,10 @@ class Scheduler:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted by an older request's growth in this loop
             while (need := self._blocks_needed(request, request.num_cached + steps)) > 0:
-                blocks = self.pool.allocate(need)
+                blocks = self.pool.allocate(need * request.num_rows)  # every beam grows, or none
                 if blocks is not None:
-                    request.block_ids.extend(blocks)
+                    for row, start in zip(request.block_ids, range(0, len(blocks), need), strict=True):
+                        row.extend(blocks[start : start + need])
                     break
                 if not preempt:
                     return ()
@@ -161,7 +200,8 @@ class Scheduler:
                 if request.status is not RequestStatus.RUNNING:
                     break
         return tuple(
-            DecodeRow(r.request_id, r.slot, tuple(r.block_ids), r.num_cached) for r in self.running
+            DecodeRow(r.request_id, tuple(r.slots), tuple(map(tuple, r.block_ids)), r.num_cached)
+            for r in self.running
         )
 
     def _worth_encoding(self, ordered: list[Request], cap: int) -> bool:
@@ -172,13 +212,15 @@ class Scheduler:
         if not self.running or ordered[0].num_passed_over >= self.config.max_encode_delay:
             return True
         wanted = min(self.config.min_combined_encode_rows, cap, len(ordered))
-        slots = len(self._free_slots) if self.incremental else len(ordered)
+        slots = len(self._free_slots) // ordered[0].num_rows if self.incremental else len(ordered)
         return min(slots, len(ordered), cap) >= wanted
 
     def _can_admit(self, request: Request) -> bool:
         if not self.incremental:
             return True
-        return bool(self._free_slots) and self.pool.num_free >= self.pool.blocks_for(request.prompt_len + 1)
+        rows = request.num_rows
+        return len(self._free_slots) >= rows and self.pool.num_free >= rows * self.pool.blocks_for(
+            request.prompt_len + 1)
 
     def _admit(self, ordered: list[Request], cap: int) -> tuple[EncodeRow, ...]:
         rows: list[EncodeRow] = []
@@ -191,12 +233,14 @@ class Scheduler:
                 break  # head-of-line: later requests must not overtake one that waits for room
             frames += request.num_frames
             if self.incremental:
-                request.slot = heapq.heappop(self._free_slots)
-                request.block_ids = self.pool.allocate(self.pool.blocks_for(request.prompt_len + 1)) or []
+                per_row = self.pool.blocks_for(request.prompt_len + 1)
+                blocks = self.pool.allocate(per_row * request.num_rows) or []  # _can_admit checked the room
+                request.slots = [heapq.heappop(self._free_slots) for _ in range(request.num_rows)]
+                request.block_ids = [blocks[i : i + per_row] for i in range(0, len(blocks), per_row)]
                 self.running.append(request)
             request.status = RequestStatus.RUNNING
             request.timings.encode_start = now
-            rows.append(EncodeRow(request.request_id, request.slot, tuple(request.block_ids)))
+            rows.append(EncodeRow(request.request_id, tuple(request.slots), tuple(map(tuple, request.block_ids))))
         return tuple(rows)
 
     def _make_room_for(self, request: Request) -> None:
@@ -214,11 +258,11 @@ class Scheduler:
         self.waiting.append(request)
 
     def _release(self, request: Request) -> None:
-        if request.block_ids:
-            self.pool.free(request.block_ids)
-        if request.slot is not None:
-            heapq.heappush(self._free_slots, request.slot)
-            self._released.append(request.slot)
+        for blocks in request.block_ids:
+            self.pool.free(blocks)
+        for slot in request.slots:
+            heapq.heappush(self._free_slots, slot)
+            self._released.append(slot)
 
     # ------------------------------------------------------------------ update
 
@@ -235,14 +279,32 @@ class Scheduler:
             request.timings.first_token = now
             request.language = encoded.language
             request.no_speech_prob = encoded.no_speech_prob
-            changed.append(self._accept(request, encoded.token_ids, encoded.logprobs, done=encoded.finished))
+            if request.is_beam:
+                changed += self._advance_beams(request, 1, result.beams.get(row.request_id))
+            else:
+                changed.append(self._accept(request, encoded.token_ids, encoded.logprobs, done=encoded.finished))
         for row in output.decode:
             request = self.requests.get(row.request_id)
             if request is None or request.status is not RequestStatus.RUNNING:
                 continue
+            if request.is_beam:
+                changed += self._advance_beams(request, output.num_decode_steps, result.beams.get(row.request_id))
+                continue
             logprobs = result.logprobs.get(row.request_id, ())
             changed.append(self._accept(request, result.decoded[row.request_id], logprobs))
         return changed
+
+    def _advance_beams(self, request: Request, steps: int, ended: BeamResult | None) -> list[RequestOutput]:
+        """A beam request after ``steps`` more steps: its output once the runner ended its search; nothing
+        before (the beams' tokens change until the search ends, so there is no partial output to give)."""
+        request.num_generated += steps
+        if ended is None:
+            if request.num_generated >= request.max_new_tokens:
+                raise RuntimeError(f"{request.request_id}: the runner did not end a beam search at its token budget")
+            return []
+        request.output_ids = list(ended.token_ids)
+        request.sum_logprob = ended.sum_logprob
+        return [self._finish(request, FinishReason.END_OF_TEXT if ended.ended else FinishReason.LENGTH)]
 
     def _accept(
         self, request: Request, tokens: tuple[int, ...], logprobs: tuple[float, ...] = (), *, done: bool = False
@@ -253,6 +315,7 @@ class Scheduler:
             if token == self.eot:
                 return self._finish(request, FinishReason.END_OF_TEXT)
             request.output_ids.append(token)
+            request.num_generated += 1
             if len(request.output_ids) >= request.max_new_tokens:
                 return self._finish(request, FinishReason.LENGTH)
         if done:
@@ -263,7 +326,7 @@ class Scheduler:
         if request in self.running:
             self.running.remove(request)
         self._release(request)
-        request.slot, request.block_ids = None, []
+        request.slots, request.block_ids = [], []
         request.status = RequestStatus.ABORTED if reason is FinishReason.ABORTED else RequestStatus.FINISHED
         request.finish_reason = reason
         request.timings.finished = time.perf_counter()

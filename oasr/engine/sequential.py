@@ -7,7 +7,9 @@ improbable, and is skipped as silence when ``<|nospeech|>`` is likely. Features 
 the whole input (openai-whisper normalises over the whole input and zero-pads the last window's features).
 
 Each input has at most one window in the engine; many inputs proceed together, so the engine's batch stays
-full. This is host-side logic: the engine sees ordinary requests carrying features and a prompt.
+full. This is host-side logic: the engine sees ordinary requests carrying features and a prompt. With
+``beam_size``, a window is beam-searched at temperature 0 and sampled at the fallback temperatures above it, as
+openai-whisper's ``transcribe()`` does.
 """
 
 from __future__ import annotations
@@ -105,13 +107,18 @@ class LongFormCursor:
         size = self._segment_size()
         features = F.pad(self.mel[:, self.seek : self.seek + size], (0, self.window_frames - size))
         audio = self.samples[self.seek * HOP_SAMPLES : (self.seek + size) * HOP_SAMPLES]
+        temperature = self.options.fallback.temperatures[self.attempt]
+        search = temperature == 0 and self.options.beam_size is not None
         options = DecodeOptions(
             language=self.language if self.multilingual else None,
             task=self.options.task,
             timestamps=True,
-            temperature=self.options.fallback.temperatures[self.attempt],
+            temperature=temperature,
             prompt_token_ids=tuple(self.all_tokens[self.prompt_reset_since :]),
             max_new_tokens=self.sample_len,
+            beam_size=self.options.beam_size if search else None,
+            patience=self.options.patience if search else None,
+            length_penalty=self.options.length_penalty if search else None,
         )
         return WindowRequest(audio, features, options)
 
@@ -165,12 +172,15 @@ class SequentialTranscriber:
     def __init__(self, loaded: LoadedModel, engine: ASREngine, options: TranscribeOptions) -> None:
         if type(loaded.model).decode_family != "aed" or not hasattr(loaded.features, "log_mel"):
             raise UnsupportedOptionError(f"{loaded.name}: sequential long-form decoding needs a Whisper model")
-        engine.runner.check(DecodeOptions(language=options.language, task=options.task, prompt=options.prompt))
+        engine.runner.check(DecodeOptions(language=options.language, task=options.task, prompt=options.prompt,
+                                          beam_size=options.beam_size, patience=options.patience,
+                                          length_penalty=options.length_penalty))
         self.loaded = loaded
         self.engine = engine
         self.options = options
         self.window_frames = loaded.features.config.n_frames
-        self.max_active = engine.config.scheduler.max_num_seqs
+        # Inputs in flight: each holds one window, of beam_size rows when searching.
+        self.max_active = max(engine.config.scheduler.max_num_seqs // (options.beam_size or 1), 1)
 
     def whole_mel(self, samples: np.ndarray) -> torch.Tensor:
         """Log-mel of the input followed by one window of silence, normalised over all of it: [n_mels, frames]."""

@@ -6,6 +6,8 @@ Every architecture class (registered in ``oasr.models.ARCHITECTURES``) has:
   ``example_inputs(config, batch_size)``: random inputs ``forward`` accepts (the registry smoke test);
 - ``feature_extractor`` / ``tokenizer``: names in ``FEATURE_EXTRACTORS`` / ``TOKENIZERS``;
 - ``decode_family``: one of ``DECODE_FAMILIES``; ``default_decode_strategy``: a name in ``DECODE_STRATEGIES``;
+  optionally ``beam_decode_strategy``, the strategy that serves ``DecodeOptions.beam_size`` (requests for a beam
+  are refused on architectures without one);
 - ``tied_keys``: checkpoint keys that alias another parameter (may be empty).
 
 Families and the model methods their strategies call:

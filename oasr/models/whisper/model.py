@@ -132,6 +132,7 @@ class WhisperForConditionalGeneration(nn.Module):
     tokenizer = "whisper_hf_json"
     decode_family = "aed"
     default_decode_strategy = "aed_greedy"
+    beam_decode_strategy = "aed_beam"  # DecodeOptions.beam_size
     supports_word_timestamps = True  # oasr.models.whisper.alignment
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
