@@ -1,5 +1,5 @@
-"""``oasr serve`` with the request fields that steer decoding: ``prompt``, ``temperature`` and word timestamps,
-through OpenAI's own client, each against ``oasr.transcribe`` with the same options on the same file."""
+"""``oasr serve`` with the request fields that steer decoding: ``prompt``, ``temperature``, word timestamps and
+OASR's beam-search extension fields, through OpenAI's own client, each against ``oasr.transcribe`` with the same options on the same file."""
 
 from __future__ import annotations
 
@@ -116,6 +116,31 @@ def test_temperature_above_zero_samples_at_that_temperature(client, recorder):
     transcribe(client, JFK)
     # What the engine was asked: sampling at 0.6 for both sampled requests, greedy for the plain one.
     assert [o.temperature for o in recorder.options] == [0.6, 0.6, 0.0]
+
+
+# ------------------------------------------------------------------------------------------ beam search
+
+
+def test_beam_fields_search_as_offline(client, recorder, tiny_en):
+    expected = oasr.transcribe(JFK, tiny_en, beam_size=3, patience=2.0)[0]
+    recorder.options.clear()
+    verbose = transcribe(client, JFK, response_format="verbose_json",
+                         extra_body={"beam_size": 3, "patience": 2.0})
+    assert verbose_tokens(verbose) == expected.token_ids and verbose.text == expected.text
+    assert streamed_text(client, JFK, extra_body={"beam_size": 3, "patience": 2.0}) == expected.text
+    assert [(o.beam_size, o.patience) for o in recorder.options] == [(3, 2.0), (3, 2.0)]
+
+
+@pytest.mark.parametrize(("fields", "param", "says"), [
+    ({"temperature": 0.5, "extra_body": {"beam_size": 2}}, "beam_size", "temperature 0"),
+    ({"extra_body": {"patience": 2.0}}, "patience", "give beam_size too"),
+    ({"extra_body": {"beam_size": 0}}, "beam_size", "greater than or equal to 1"),
+])
+def test_contradicting_or_invalid_beam_fields_are_400s(client, fields, param, says):
+    with pytest.raises(openai.BadRequestError) as info:
+        transcribe(client, JFK, **fields)
+    assert info.value.body["param"] == param and says in info.value.body["message"], info.value.body
+    assert transcribe(client, JFK).text  # and the next request is served
 
 
 # ------------------------------------------------------------------------------------------ words

@@ -54,6 +54,7 @@ REFUSED = {
                         "timestamp_granularities", "no word timestamps"),
     "segment timestamps": ({"response_format": "verbose_json", "timestamp_granularities": ["segment"]},
                            "timestamp_granularities", "no segment timestamps"),
+    "beam search": ({"extra_body": {"beam_size": 4}}, "beam_size", "no beam search"),
 }
 
 

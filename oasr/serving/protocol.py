@@ -61,6 +61,9 @@ def internal_error() -> APIError:
 # ---------------------------------------------------------------------------------------------- requests
 
 
+MAX_BEAM_SIZE = 16  # a beam takes one decode row per hypothesis; wider beams would crowd out other requests
+
+
 class TranslationParams(BaseModel):
     """The form fields of ``POST /v1/audio/translations`` (besides ``file``). Unknown fields are refused."""
 
@@ -70,6 +73,11 @@ class TranslationParams(BaseModel):
     prompt: str | None = None  # text the decoder is conditioned on (openai-whisper's ``initial_prompt``)
     response_format: ResponseFormat = "json"
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)  # 0: greedy; above: sampling at that temperature
+    # OASR's extensions (not in OpenAI's API): beam search as openai-whisper's ``beam_size``/``patience``/
+    # ``length_penalty``; at temperature 0 only.
+    beam_size: int | None = Field(default=None, ge=1, le=MAX_BEAM_SIZE)
+    patience: float | None = Field(default=None, gt=0.0, le=MAX_BEAM_SIZE)
+    length_penalty: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class TranscriptionParams(TranslationParams):

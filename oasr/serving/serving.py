@@ -227,8 +227,14 @@ class OpenAIServingTranscription:
             language = params.language or None
             # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window).
             timestamps = "segment" in params.timestamp_granularities
-        options = DecodeOptions(language=language, task=task, timestamps=timestamps, temperature=params.temperature,
-                                prompt=params.prompt or None)
+        try:
+            options = DecodeOptions(language=language, task=task, timestamps=timestamps,
+                                    temperature=params.temperature, prompt=params.prompt or None,
+                                    beam_size=params.beam_size, patience=params.patience,
+                                    length_penalty=params.length_penalty)
+        except ValueError as exc:  # options that contradict each other (a beam with sampling, patience alone)
+            param = "beam_size" if params.beam_size is not None else "patience"
+            raise APIError(400, f"{exc}.", param=param, code="invalid_value") from None
         try:
             await self.engine.check(options)
         except UnsupportedOptionError as exc:
@@ -242,7 +248,9 @@ class OpenAIServingTranscription:
         fields = {"language": replace(plain, language=options.language),
                   "prompt": replace(plain, prompt=options.prompt),
                   "temperature": replace(plain, temperature=options.temperature),
-                  "timestamp_granularities": replace(plain, timestamps=options.timestamps)}
+                  "timestamp_granularities": replace(plain, timestamps=options.timestamps),
+                  "beam_size": replace(plain, beam_size=options.beam_size, patience=options.patience,
+                                       length_penalty=options.length_penalty)}
         refused = None
         if await self._serves(plain):  # else the task itself is refused (an English-only model translating)
             for field, alone in fields.items():
@@ -254,6 +262,7 @@ class OpenAIServingTranscription:
             "prompt": f"{model} takes no text prompt; send the request without 'prompt'.",
             "temperature": f"{model} decodes greedily only; 'temperature' must be 0.",
             "timestamp_granularities": f"{model} gives no segment timestamps; leave out 'timestamp_granularities'.",
+            "beam_size": f"{model} has no beam search; send the request without 'beam_size'.",
         }.get(refused, str(exc))
         return APIError(400, message, param=refused, code="unsupported_option")
 
