@@ -182,16 +182,8 @@ class OfflineTranscriber:
     def _with_words(self, windows: list[DecodedWindow], audio: list[np.ndarray]) -> list[DecodedWindow]:
         """Aligns each window's tokens to its audio (all windows of the input batched; each window's encoder
         output is computed again, as the engine has freed it by now)."""
-        from oasr.models.whisper.alignment import AlignmentRow, frames_of, word_timings
+        from oasr.engine.words import align_windows, alignment_rows
 
-        max_frames = self.loaded.features.config.n_frames
-        rows = [
-            AlignmentRow(
-                tuple(w.token_ids), frames_of(len(samples), max_frames), language=w.language, task=self.options.task,
-                time_offset=w.start_s, last_speech_end=0.0 if i == 0 else None,
-            )
-            for i, (w, samples) in enumerate(zip(windows, audio, strict=True))
-        ]
-        features = self.loaded.features(audio, device=self.loaded.device)
-        words = word_timings(self.loaded.model, self.loaded.tokenizer, rows, features=features)
+        rows = alignment_rows(windows, audio, self.options.task, self.loaded.features.config.n_samples)
+        words = align_windows(self.loaded, rows, audio)
         return [with_words(w, tuple(ws)) for w, ws in zip(windows, words, strict=True)]
