@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from oasr.audio import load_audio
 
 
 def speech_data_dir() -> Path:
@@ -39,3 +43,23 @@ def require_speech_data() -> list[dict[str, Any]]:
 def english_short(max_seconds: float = 30.0) -> list[dict[str, Any]]:
     """Every English clip whose audio fits Whisper's single 30 s window."""
     return [e for e in manifest_entries() if e["language"] == "en" and e["duration_s"] <= max_seconds]
+
+
+@dataclass(frozen=True)
+class Clip:
+    id: str
+    language: str
+    text: str
+    audio: np.ndarray
+
+
+def clips(ids=None, *, languages=None) -> list[Clip]:
+    require_speech_data()
+    entries = manifest_entries()
+    if ids is not None:
+        by_id = {e["id"]: e for e in entries}
+        entries = [by_id[i] for i in ids]
+    if languages is not None:
+        entries = [e for e in entries if e["language"] in languages]
+    return [Clip(e["id"], e["language"], e["text"], load_audio(audio_path(e), channel=e.get("channel")))
+            for e in entries]

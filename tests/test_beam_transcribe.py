@@ -15,7 +15,8 @@ from oasr.engine.offline import engine_config_for
 from oasr.engine.sequential import LongFormCursor
 from oasr.types import FallbackOptions, TranscribeOptions
 from openai_whisper_reference import openai_whisper_from
-from test_openai_whisper_parity import NO_FALLBACK, assert_same_segments, check_invariants, clips
+from speech_data import clips
+from test_openai_whisper_parity import NO_FALLBACK, assert_same_segments, check_invariants
 
 whisper = pytest.importorskip("whisper")
 

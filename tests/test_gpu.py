@@ -1,13 +1,19 @@
-"""On a CUDA device: half-precision decoding agrees with the fp32 CPU reference on nearly every clip."""
+"""On a CUDA device: half-precision decoding agrees with the fp32 CPU reference on nearly every clip, and beam
+search (eager ticks) beside captured greedy ticks gives what an engine without CUDA graphs gives."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from oasr.api import transcribe
 from oasr.audio import load_audio
+from oasr.engine.config import CacheConfig, EngineConfig, RunnerConfig
+from oasr.engine.engine import ASREngine
 from oasr.models.loader import from_pretrained
-from speech_data import audio_path, english_short, require_speech_data
+from oasr.types import DecodeOptions
+from speech_data import audio_path, clips, english_short, require_speech_data
 
 pytestmark = pytest.mark.gpu
 
@@ -90,3 +96,27 @@ def test_newcomer_first_token_within_the_bound_while_the_decode_set_is_full(engl
     elapsed = time.perf_counter() - start
     print(f"\nnewcomer's first token after {steps} steps, {elapsed * 1000:.1f} ms, with 64 rows decoding")
     assert steps <= bound + 1
+
+
+def test_beam_ticks_beside_captured_greedy_ticks_agree_with_an_eager_engine() -> None:
+    """Beam ticks run eagerly, greedy-only ticks replay CUDA graphs: every row's tokens equal an engine without
+    graphs, and beam 1 still gives the greedy tokens in float16."""
+    loaded = from_pretrained("tiny.en", device="cuda", dtype="float16")
+    # Clips where tiny.en's beam-5 tokens differ from its greedy ones, with and without timestamps.
+    short = clips(("coqui_ljspeech_LJ001-0001", "ps_cards_004", "ps_librivox_0870", "fw_stereo_diarization_right",
+                   "mfa_cold_corpus3", "lhotse_ami_ES2011a_headset_40-46s", "whisper_jfk"))
+    kinds = {"greedy": (None, False), "greedy-ts": (None, True), "beam1-ts": (1, True), "beam5": (5, False),
+             "beam5-ts": (5, True)}
+    requests = [(f"{c.id}/{kind}", c.audio, DecodeOptions(beam_size=beam, timestamps=ts))
+                for c in short for kind, (beam, ts) in kinds.items()]
+    base = EngineConfig(cache=CacheConfig(memory_budget_bytes=2 << 30))
+    results = []
+    for graphs in (True, False):
+        engine = ASREngine(loaded, replace(base, runner=RunnerConfig(cuda_graphs=graphs)))
+        results.append({o.request_id: o.token_ids for o in engine.run(requests)})
+        assert engine.pool.num_used == 0 and not engine.runner.beams.groups
+    assert results[0] == results[1]
+    assert all(results[0][f"{c.id}/beam1-ts"] == results[0][f"{c.id}/greedy-ts"] for c in short)
+    greedy_only = ASREngine(loaded, base)
+    list(greedy_only.run((c.id, c.audio, DecodeOptions()) for c in short))
+    assert greedy_only.runner._graphs  # without beam rows the decode step is captured

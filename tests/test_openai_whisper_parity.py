@@ -8,21 +8,18 @@ monotonic, the text equal to the joined segments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 import torch
 
 from oasr.api import transcribe
-from oasr.audio import load_audio
 from oasr.bench.wer import word_error_rate
 from oasr.engine.engine import ASREngine
 from oasr.engine.sequential import SequentialTranscriber
 from oasr.errors import UnsupportedOptionError
 from oasr.types import DecodeOptions, FallbackOptions, TranscribeOptions, Transcription
 from openai_whisper_reference import openai_whisper_from
-from speech_data import audio_path, manifest_entries, require_speech_data
+from speech_data import Clip, clips, manifest_entries, require_speech_data
 
 whisper = pytest.importorskip("whisper")
 
@@ -39,26 +36,6 @@ LONG_IDS = (*(f"coqui_ljspeech_LJ001-000{i}" for i in range(1, 9)), "ps_librivox
             "lhotse_ami_ES2011a_headset_40-46s")
 GAP_S, SILENCE_S = 0.3, 6.0
 ANNOTATIONS = ("[adif]", "<VOCNOISE>")  # marks in one MFA transcript that are not words
-
-
-@dataclass(frozen=True)
-class Clip:
-    id: str
-    language: str
-    text: str
-    audio: np.ndarray
-
-
-def clips(ids=None, *, languages=None) -> list[Clip]:
-    require_speech_data()
-    entries = manifest_entries()
-    if ids is not None:
-        by_id = {e["id"]: e for e in entries}
-        entries = [by_id[i] for i in ids]
-    if languages is not None:
-        entries = [e for e in entries if e["language"] in languages]
-    return [Clip(e["id"], e["language"], e["text"], load_audio(audio_path(e), channel=e.get("channel")))
-            for e in entries]
 
 
 @pytest.fixture(scope="module")
