@@ -60,7 +60,8 @@ def transcribe(
     ``long_form="sequential"`` decodes audio longer than 30 s as openai-whisper's ``transcribe()`` does (with
     timestamps, conditioning on previous text, temperature fallback); ``timestamps=True`` gives segments with
     real start and end times in parallel mode too. ``word_timestamps`` fills each segment's ``words`` (Whisper
-    checkpoints); ``vad`` names a detector (``oasr.vad``) that cuts parallel long-form windows at silences.
+    checkpoints; in sequential mode windows then resume from their last word's end, as openai-whisper's do);
+    ``vad`` names a detector (``oasr.vad``) that cuts parallel long-form windows at silences.
     ``beam_size`` decodes by beam search (openai-whisper's, with ``patience`` and ``length_penalty``) instead of
     greedily; each window then decodes on ``beam_size`` rows. ``options`` (a full ``TranscribeOptions``)
     replaces the keyword options before it."""

@@ -243,6 +243,68 @@ def test_sequential_fallback_wer_is_no_worse_than_openai_transcribe(tiny_en, ref
     assert ours_wer < greedy_wer and ours_wer < 0.35
 
 
+WORD_TOLERANCE_S = 0.1
+MIN_WORDS_WITHIN_TOLERANCE = 0.95
+
+
+def check_word_invariants(result: Transcription) -> None:
+    """Words in order, each inside its segment, and together spelling the segment's text."""
+    previous_end = 0.0
+    for segment in result.segments:
+        assert segment.words, segment
+        assert "".join(w.word for w in segment.words).strip() == segment.text
+        for word in segment.words:
+            assert previous_end <= word.start <= word.end, (previous_end, word)
+            assert segment.start <= word.start and word.end <= segment.end, (segment.start, segment.end, word)
+            previous_end = word.end
+
+
+def word_deviations(ours: Transcription, theirs: dict) -> np.ndarray:
+    """For every word (the same words in the same segments), the larger of its start and end deviations."""
+    deviations = []
+    for segment, expected in zip(ours.segments, [s for s in theirs["segments"] if s["text"].strip()], strict=True):
+        assert [w.word for w in segment.words] == [w["word"] for w in expected["words"]]
+        deviations += [max(abs(w.start - e["start"]), abs(w.end - e["end"]))
+                       for w, e in zip(segment.words, expected["words"], strict=True)]
+    return np.array(deviations)
+
+
+def assert_same_words(results: list[Transcription], references: list[dict], tokenizer) -> None:
+    deviations = []
+    for ours, theirs in zip(results, references, strict=True):
+        assert_same_segments(ours, theirs)
+        check_invariants(ours, tokenizer)
+        check_word_invariants(ours)
+        deviations.append(word_deviations(ours, theirs))
+    deviations = np.concatenate(deviations)
+    within = float(np.mean(deviations <= WORD_TOLERANCE_S))
+    print(f"\n{len(deviations)} words: {within:.2%} within {WORD_TOLERANCE_S} s of openai-whisper's, "
+          f"largest deviation {deviations.max():.3f} s")
+    assert len(deviations) >= 20 and within >= MIN_WORDS_WITHIN_TOLERANCE
+
+
+@pytest.mark.slow
+def test_sequential_word_timestamps_equal_openai_transcribe_on_short_clips(tiny_en, reference_tiny) -> None:
+    short = clips(("whisper_jfk", "ps_librivox_0870", "mfa_cold_corpus3"))
+    options = TranscribeOptions(long_form="sequential", fallback=NO_FALLBACK, word_timestamps=True)
+    results = transcribe([c.audio for c in short], tiny_en, options=options)
+    references = [reference_tiny.transcribe(c.audio, temperature=0.0, fp16=False, language="en",
+                                            word_timestamps=True) for c in short]
+    assert_same_words(results, references, tiny_en.tokenizer)
+
+
+@pytest.mark.slow
+def test_sequential_word_timestamps_equal_openai_transcribe_on_three_minutes(tiny_en, reference_tiny,
+                                                                             long_audio) -> None:
+    """Windows that stop mid-speech resume from their last word's end here, not from their last timestamp."""
+    audio, _ = long_audio
+    options = TranscribeOptions(long_form="sequential", fallback=NO_FALLBACK, word_timestamps=True)
+    ours = transcribe(audio, tiny_en, options=options)[0]
+    theirs = reference_tiny.transcribe(audio, temperature=0.0, fp16=False, language="en", word_timestamps=True)
+    assert_same_words([ours], [theirs], tiny_en.tokenizer)
+    assert len(ours.segments) >= 20 and ours.segments[-1].end > 170
+
+
 def test_english_only_model_refuses_translation_and_other_languages_in_every_mode(tiny_en) -> None:
     clip = clips(("whisper_jfk",))[0].audio
     for long_form in ("parallel", "sequential"):

@@ -91,8 +91,6 @@ class OfflineTranscriber:
     def __init__(self, loaded: LoadedModel, options: TranscribeOptions, config: EngineConfig | None = None) -> None:
         if options.word_timestamps and not getattr(type(loaded.model), "supports_word_timestamps", False):
             raise UnsupportedOptionError(f"{loaded.name} ({loaded.architecture}) cannot give word timestamps")
-        if options.word_timestamps and options.long_form == "sequential":
-            raise UnsupportedOptionError("word timestamps are given in the parallel long-form mode only, for now")
         self.loaded = loaded
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))

@@ -40,7 +40,7 @@ class WindowSplit:
 def split_window(tokens: list[int], timestamp_begin: int, window_s: float) -> WindowSplit:
     """openai-whisper's segment rules for one window's tokens (``window_s``: the audio the window holds)."""
     is_ts = [t >= timestamp_begin for t in tokens]
-    single_ending = is_ts[-2:] == [False, True]
+    single_ending = ends_on_single_timestamp(tokens, timestamp_begin)
     cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
     if not cuts:
         timestamps = [t for t, ts in zip(tokens, is_ts, strict=True) if ts]
@@ -61,6 +61,11 @@ def split_window(tokens: list[int], timestamp_begin: int, window_s: float) -> Wi
     if single_ending:
         return WindowSplit(tuple(spans), None)
     return WindowSplit(tuple(spans), (tokens[start - 1] - timestamp_begin) * FRAMES_PER_TIMESTAMP)
+
+
+def ends_on_single_timestamp(tokens: list[int], timestamp_begin: int) -> bool:
+    """Text then one timestamp: nothing is said after it, so the whole window is consumed."""
+    return [t >= timestamp_begin for t in tokens[-2:]] == [False, True]
 
 
 def unfinished_tail(tokens: list[int], split: WindowSplit, timestamp_begin: int, window_s: float) -> TokenSpan | None:

@@ -10,13 +10,18 @@ Each input has at most one window in the engine; many inputs proceed together, s
 full. This is host-side logic: the engine sees ordinary requests carrying features and a prompt. With
 ``beam_size``, a window is beam-searched at temperature 0 and sampled at the fallback temperatures above it, as
 openai-whisper's ``transcribe()`` does.
+
+With ``word_timestamps``, each decoded window's segments are aligned to its features (alignment heads and DTW,
+``oasr.models.whisper.alignment``), all windows that finish in one engine step in one call, before the cursor
+moves: a window that stops mid-speech is resumed from its last word's end rather than from its last timestamp,
+and each window's first word is placed after where speech ended in the window before it.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -26,9 +31,17 @@ from oasr.audio import SAMPLE_RATE, audio_duration
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import RequestOutput
 from oasr.engine.results import segment_of
-from oasr.engine.segments import HOP_SAMPLES, compression_ratio, split_window
+from oasr.engine.segments import (
+    FRAMES_PER_SECOND,
+    HOP_SAMPLES,
+    compression_ratio,
+    ends_on_single_timestamp,
+    split_window,
+)
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.loader import LoadedModel
+from oasr.models.whisper.alignment import AlignmentRow, row_alignments
+from oasr.models.whisper.words import TextSpan, WordTiming, place_words
 from oasr.types import (
     DecodeOptions,
     FallbackOptions,
@@ -45,6 +58,18 @@ class WindowRequest:
     audio: np.ndarray
     features: torch.Tensor  # [n_mels, n_frames]
     options: DecodeOptions
+
+
+@dataclass(frozen=True)
+class UnalignedWindow:
+    """A decoded window waiting for its word timings before the cursor moves past it."""
+
+    segments: list[Segment]  # every segment of the window, empty and instantaneous ones included
+    features: torch.Tensor  # [n_mels, n_frames], the window's features as decoded
+    num_frames: int  # feature frames that hold audio
+    advance: int  # frames the cursor moves without word timings
+    single_ending: bool  # the window ended on a lone timestamp: it is consumed whole whatever its words say
+    temperature: float
 
 
 def needs_fallback(fallback: FallbackOptions, ratio: float, avg_logprob: float, no_speech_prob: float) -> bool:
@@ -87,6 +112,9 @@ class LongFormCursor:
         self.attempt = 0  # index into the fallback temperatures
         self.language = options.language if self.multilingual else "en"
         self._detecting = False
+        self._features: torch.Tensor | None = None  # the window in the engine, kept for word timings
+        self.unaligned: UnalignedWindow | None = None
+        self.last_speech_end = 0.0  # where the last aligned word ended (seconds), carried across windows
 
     @property
     def done(self) -> bool:
@@ -120,6 +148,7 @@ class LongFormCursor:
             patience=self.options.patience if search else None,
             length_penalty=self.options.length_penalty if search else None,
         )
+        self._features = features if self.options.word_timestamps else None
         return WindowRequest(audio, features, options)
 
     def accept(self, output: RequestOutput) -> None:
@@ -142,17 +171,56 @@ class LongFormCursor:
         if is_silence(fallback, avg_logprob, no_speech_prob):
             self.seek += size
             return
-        split = split_window(tokens, self.tokenizer.special.timestamp_begin, size * HOP_SAMPLES / SAMPLE_RATE)
+        timestamp_begin = self.tokenizer.special.timestamp_begin
+        split = split_window(tokens, timestamp_begin, size * HOP_SAMPLES / SAMPLE_RATE)
         offset_s = self.seek * HOP_SAMPLES / SAMPLE_RATE
-        for span in split.spans:
-            segment = segment_of(self.tokenizer, tokens, span, offset_s, temperature=temperature,
-                                 avg_logprob=avg_logprob, compression_ratio=ratio, no_speech_prob=no_speech_prob)
+        segments = [
+            segment_of(self.tokenizer, tokens, span, offset_s, temperature=temperature, avg_logprob=avg_logprob,
+                       compression_ratio=ratio, no_speech_prob=no_speech_prob)
+            for span in split.spans
+        ]
+        consumed = split.consumed_frames
+        advance = consumed if consumed else size  # a closed timestamp is never at 0: the guard never bites
+        if self.options.word_timestamps:
+            self.unaligned = UnalignedWindow(segments, self._features, size, advance,
+                                             ends_on_single_timestamp(tokens, timestamp_begin), temperature)
+            return
+        self._commit(segments, advance, temperature)
+
+    def alignment_row(self) -> AlignmentRow:
+        """The waiting window's text tokens (those of its segments; an unfinished tail is decoded again from
+        the next window) as a row to align."""
+        window = self.unaligned
+        return AlignmentRow(tuple(t for s in window.segments for t in s.token_ids), window.num_frames,
+                            language=self.language if self.multilingual else None, task=self.options.task,
+                            time_offset=self.seek * HOP_SAMPLES / SAMPLE_RATE)
+
+    def place(self, alignment: list[WordTiming]) -> None:
+        """Gives the waiting window's segments their words (``alignment``: its words in window seconds) and
+        moves the cursor, as openai-whisper's ``transcribe(word_timestamps=True)`` does."""
+        window, self.unaligned = self.unaligned, None
+        offset_s = self.seek * HOP_SAMPLES / SAMPLE_RATE
+        eot = self.tokenizer.special.eot
+        spans = [TextSpan(s.start, s.end, sum(t < eot for t in s.token_ids)) for s in window.segments]
+        timed, _ = place_words(alignment, spans, offset_s, self.last_speech_end)
+        segments = [replace(s, start=t.start, end=t.end, words=t.words)
+                    for s, t in zip(window.segments, timed, strict=True)]
+        # The last word's end, or the last segment's end when no segment has words (empty ones included).
+        last_end = next((w.end for s in reversed(segments) for w in reversed(s.words)), segments[-1].end)
+        advance = window.advance
+        # A window that stopped mid-speech resumes where its words end, not at its last timestamp.
+        if not window.single_ending and last_end > offset_s:
+            advance = round(last_end * FRAMES_PER_SECOND) - self.seek
+        self.last_speech_end = last_end
+        self._commit(segments, advance, window.temperature)
+
+    def _commit(self, segments: list[Segment], advance: int, temperature: float) -> None:
+        for segment in segments:
             # An instantaneous or empty segment is dropped, and its tokens are not used as a prompt.
             if segment.start != segment.end and segment.text:
                 self.segments.append(segment)
                 self.all_tokens.extend(segment.token_ids)
-        consumed = split.consumed_frames
-        self.seek += consumed if consumed else size  # a closed timestamp is never at 0: the guard never bites
+        self.seek += advance
         if not self.options.condition_on_previous_text or temperature > HIGH_TEMPERATURE:
             self.prompt_reset_since = len(self.all_tokens)
 
@@ -216,11 +284,26 @@ class SequentialTranscriber:
                 if exhausted:
                     return
                 continue
+            finished = []
             for output in self.engine.step():
                 if output.finished:
                     cursor = in_engine.pop(output.request_id)
                     cursor.accept(output)
-                    self._submit(cursor, f"lf-{next(ids)}", in_engine)
+                    finished.append(cursor)
+            self._align([cursor for cursor in finished if cursor.unaligned is not None])
+            for cursor in finished:
+                self._submit(cursor, f"lf-{next(ids)}", in_engine)
+
+    def _align(self, cursors: list[LongFormCursor]) -> None:
+        """Word timings for the windows that just finished, all in one call (their encoder outputs are computed
+        again from the features they were decoded from: the engine has freed its own)."""
+        if not cursors:
+            return
+        features = torch.stack([cursor.unaligned.features for cursor in cursors])
+        rows = [cursor.alignment_row() for cursor in cursors]
+        alignments = row_alignments(self.loaded.model, self.loaded.tokenizer, rows, features=features)
+        for cursor, alignment in zip(cursors, alignments, strict=True):
+            cursor.place(alignment)
 
     def _submit(self, cursor: LongFormCursor, request_id: str, in_engine: dict[str, LongFormCursor]) -> None:
         window = cursor.next_request()

@@ -118,6 +118,31 @@ def align_words(
     """Like ``word_timings``, keeping each row's segments (bounds adjusted to their words, as openai-whisper's
     ``transcribe`` does)."""
     options = options or WordTimingOptions()
+    alignments = row_alignments(
+        model, tokenizer, rows, features=features, encoder_out=encoder_out, cross_kv=cross_kv, options=options
+    )
+    placed, speech_end = [], 0.0
+    for row, alignment in zip(rows, alignments, strict=True):
+        last = speech_end if row.last_speech_end is None else row.last_speech_end
+        segments, speech_end = _place(tokenizer, row, alignment, last, options)
+        placed.append(segments)
+    return placed
+
+
+@torch.inference_mode()
+def row_alignments(
+    model,
+    tokenizer: WhisperTokenizer,
+    rows: Sequence[AlignmentRow],
+    *,
+    features: torch.Tensor | None = None,
+    encoder_out: torch.Tensor | None = None,
+    cross_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
+    options: WordTimingOptions | None = None,
+) -> list[list[WordTiming]]:
+    """Each row's words in window seconds, before any adjustment (``words.place_words`` adjusts and places
+    them); the audio is passed as for ``word_timings``."""
+    options = options or WordTimingOptions()
     sources = [x for x in (features, encoder_out, cross_kv) if x is not None]
     if len(sources) != 1:
         raise ValueError("pass exactly one of features, encoder_out or cross_kv")
@@ -133,12 +158,7 @@ def align_words(
             encoded = model.encode(features[chunk]) if features is not None else encoder_out[chunk]
             k, v = model.cross_kv(encoded)
         alignments.extend(find_alignments(model, tokenizer, rows[chunk], k, v, options))
-    placed, speech_end = [], 0.0
-    for row, alignment in zip(rows, alignments, strict=True):
-        last = speech_end if row.last_speech_end is None else row.last_speech_end
-        segments, speech_end = _place(tokenizer, row, alignment, last, options)
-        placed.append(segments)
-    return placed
+    return alignments
 
 
 def _place(tokenizer: WhisperTokenizer, row: AlignmentRow, alignment: list[WordTiming], last_speech_end: float,
