@@ -134,6 +134,7 @@ def test_beam_fields_search_as_offline(client, recorder, tiny_en):
 @pytest.mark.parametrize(("fields", "param", "says"), [
     ({"temperature": 0.5, "extra_body": {"beam_size": 2}}, "beam_size", "temperature 0"),
     ({"extra_body": {"patience": 2.0}}, "patience", "give beam_size too"),
+    ({"extra_body": {"length_penalty": 0.5}}, "length_penalty", "give beam_size too"),
     ({"extra_body": {"beam_size": 0}}, "beam_size", "greater than or equal to 1"),
 ])
 def test_contradicting_or_invalid_beam_fields_are_400s(client, fields, param, says):

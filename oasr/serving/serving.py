@@ -233,7 +233,8 @@ class OpenAIServingTranscription:
                                     beam_size=params.beam_size, patience=params.patience,
                                     length_penalty=params.length_penalty)
         except ValueError as exc:  # options that contradict each other (a beam with sampling, patience alone)
-            param = "beam_size" if params.beam_size is not None else "patience"
+            param = next((name for name in ("beam_size", "patience", "length_penalty")
+                          if getattr(params, name) is not None), None)
             raise APIError(400, f"{exc}.", param=param, code="invalid_value") from None
         try:
             await self.engine.check(options)
