@@ -43,6 +43,15 @@ from oasr.types import DecodeOptions
 log = logging.getLogger(__name__)
 
 
+def _as_words(t: torch.Tensor) -> torch.Tensor:
+    """[L, N, ...] contiguous -> [L, N, words]: the same bytes as the widest integers that tile each [L, n] row."""
+    flat = t.flatten(2)
+    for dtype in (torch.int64, torch.int32):
+        if flat.shape[-1] * t.element_size() % dtype.itemsize == 0:
+            return flat.view(dtype)
+    return flat
+
+
 def _bucket(value: int, buckets: tuple[int, ...]) -> int:
     index = bisect.bisect_left(buckets, value)
     return buckets[index] if index < len(buckets) else value
@@ -85,7 +94,9 @@ class AEDRunner:
         block_size = config.cache.block_size
         self.pool = PagedKVPool(shape, self.plan.num_blocks, block_size, self.dtype, self.device)
         slots = self.plan.num_slots
-        cross = (shape.num_layers, slots, heads, shape.cross_len, shape.head_dim)
+        # [layers, slot, encoder position, d_model]: each row's K/V as the projection writes it (heads interleaved),
+        # so an encode batch in consecutive slots is projected straight into place; ``split_cross`` views it per head.
+        cross = (shape.num_layers, slots, shape.cross_len, c.d_model)
         self.cross_k = torch.zeros(cross, dtype=self.dtype, device=self.device)
         self.cross_v = torch.zeros_like(self.cross_k)
         self.max_blocks = -(-self.max_positions // block_size)
@@ -237,7 +248,8 @@ class AEDRunner:
         positions = self.positions[:batch]
         context = paged_context(self.pool, self.block_table[:batch, :num_blocks], positions[:, None])
         logits = self.model.decode(
-            self.tokens[:batch, None], positions[:, None], context, self.cross_k[:, :batch], self.cross_v[:, :batch]
+            self.tokens[:batch, None], positions[:, None], context,
+            self.model.split_cross(self.cross_k[:, :batch]), self.model.split_cross(self.cross_v[:, :batch]),
         )[:, -1]
         rows = AEDRowState(
             eot_allowed=positions >= self.eot_from[:batch],
@@ -307,10 +319,7 @@ class AEDRunner:
         features = self._features(batch)
         if self._compiled_encoder:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
-        # Per layer, one copy from the projection (a head-split view) into the slots; the prompt pass below reads
-        # the projections themselves.
-        cross_k, cross_v = self.model.cross_kv_layers(self._encoder(features))
-        self._store_cross(rows, cross_k, cross_v)
+        cross_k, cross_v = self._project_cross(rows, self._encoder(features))
         self._write_block_tables([(slot, blocks) for row in rows
                                   for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
         slots = torch.tensor([row.slots[0] for row in rows], device=self.device)
@@ -327,20 +336,35 @@ class AEDRunner:
         }
         return encoded, self.beams.collect(tick, 1) if tick is not None else {}
 
-    def _store_cross(
-        self, rows: tuple[EncodeRow, ...], cross_k: Sequence[torch.Tensor], cross_v: Sequence[torch.Tensor]
-    ) -> None:
-        """Each row's cross-attention K/V (per layer, [B, H, S, D]) into every slot it holds: a request's beams
-        all attend to the same audio."""
+    def _project_cross(self, rows: tuple[EncodeRow, ...], encoded: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every row's cross-attention K/V into each slot it holds; returns the batch's K/V as the decoder reads
+        them ([layers, B, H, S, D] views). Rows of one slot each in consecutive slots (every batch of a fresh
+        engine, and most in steady state: slots are handed out lowest first) are projected straight into the
+        slots; others through a scratch buffer and one copy."""
+        first = [row.slots[0] for row in rows]
+        if all(len(row.slots) == 1 for row in rows) and first == list(range(first[0], first[0] + len(rows))):
+            k, v = self.cross_k[:, first[0] : first[0] + len(rows)], self.cross_v[:, first[0] : first[0] + len(rows)]
+            self.model.cross_kv_into(encoded, k, v)
+        else:
+            k = torch.empty((self.cross_k.shape[0], len(rows), *self.cross_k.shape[2:]), dtype=self.dtype,
+                            device=self.device)
+            v = torch.empty_like(k)
+            self.model.cross_kv_into(encoded, k, v)
+            self._store_cross(rows, k, v)
+        return self.model.split_cross(k), self.model.split_cross(v)
+
+    def _store_cross(self, rows: tuple[EncodeRow, ...], cross_k: torch.Tensor, cross_v: torch.Tensor) -> None:
+        """Each row's cross-attention K/V ([layers, B, S, d_model]) into every slot it holds: a request's beams
+        all attend to the same audio. Copied as 8-byte words: an index copy runs per element."""
         for beam in range(max(len(row.slots) for row in rows)):
             have = [i for i, row in enumerate(rows) if len(row.slots) > beam]
             slots = torch.tensor([rows[i].slots[beam] for i in have], device=self.device)
-            index = None if len(have) == len(rows) else torch.tensor(have, device=self.device)
-            for layer, (k, v) in enumerate(zip(cross_k, cross_v, strict=True)):
-                if index is not None:
-                    k, v = k.index_select(0, index), v.index_select(0, index)
-                self.cross_k[layer].index_copy_(0, slots, k)
-                self.cross_v[layer].index_copy_(0, slots, v)
+            k, v = cross_k, cross_v
+            if len(have) < len(rows):
+                index = torch.tensor(have, device=self.device)
+                k, v = k.index_select(1, index), v.index_select(1, index)
+            _as_words(self.cross_k).index_copy_(1, slots, _as_words(k))
+            _as_words(self.cross_v).index_copy_(1, slots, _as_words(v))
 
     def _first_tokens(
         self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[WhisperPrompt], logits: torch.Tensor,

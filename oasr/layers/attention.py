@@ -51,6 +51,17 @@ class MultiHeadAttention(nn.Module):
         """x: [B, T, E] -> (k, v), each [B, H, T, D]."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
+    def project_kv_into(self, x: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+        """Like ``project_kv``, written straight into ``k_out`` and ``v_out`` (contiguous [B, T, E], x's dtype):
+        a caller that keeps K/V in its own buffers (the engine's cross-attention slots) needs no copy after."""
+        rows = x.reshape(-1, x.shape[-1])
+        for proj, out in ((self.k_proj, k_out), (self.v_proj, v_out)):
+            flat = out.view(-1, out.shape[-1])
+            if proj.bias is None:
+                torch.mm(rows, proj.weight.t(), out=flat)
+            else:
+                torch.addmm(proj.bias, rows, proj.weight.t(), out=flat)
+
     def attend(
         self,
         x: torch.Tensor,

@@ -22,12 +22,24 @@ class Float32Head(Linear):
 
     In half precision, near-tied logits (``.`` against ``?`` after a sentence) are decided by the projection's
     rounding; a float32 product over the same half-precision hidden state keeps greedy output on the float32
-    path far more often, for one larger matrix multiply per step. The float32 copy of the weight is made once
-    (and again only if the weight moves or is written) and is not part of the state dict.
+    path far more often. On CUDA the half-precision operands are multiplied with float32 accumulation and output;
+    elsewhere through a float32 copy of the weight, made once (and again only if the weight moves or is written)
+    and not part of the state dict.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
+        if weight.dtype != torch.float32 and x.is_cuda and self.__dict__.get("_mixed_mm", True):
+            # Half-precision operands with float32 accumulation and output: the same exact products as the
+            # float32 copy, read from half the bytes and on tensor cores. (torch.mm's out_dtype; older torch
+            # builds lack it, and then the float32 copy below is used.)
+            try:
+                out = torch.mm(x.reshape(-1, x.shape[-1]).to(weight.dtype), weight.t(), out_dtype=torch.float32)
+            except (RuntimeError, TypeError, NotImplementedError):
+                self.__dict__["_mixed_mm"] = False
+            else:
+                out = out.view(*x.shape[:-1], -1)
+                return out if self.bias is None else out + self.bias.float()
         if weight.dtype != torch.float32:
             key = (weight.data_ptr(), weight.device, weight.dtype, weight._version)
             cached = self.__dict__.get("_float32_weight")

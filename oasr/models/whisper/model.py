@@ -173,6 +173,19 @@ class WhisperForConditionalGeneration(nn.Module):
         pairs = [layer.encoder_attn.project_kv(encoder_out) for layer in self.model.decoder.layers]
         return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
 
+    def cross_kv_into(self, encoder_out: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+        """Cross-attention K/V of every decoder layer written into caller buffers ``k_out``/``v_out``, each
+        [layers, B, S, d_model] with every [B, S, d_model] layer slice contiguous. ``split_cross`` gives the
+        decoder's view of them."""
+        for index, layer in enumerate(self.model.decoder.layers):
+            layer.encoder_attn.project_kv_into(encoder_out, k_out[index], v_out[index])
+
+    def split_cross(self, cross: torch.Tensor) -> torch.Tensor:
+        """[layers, B, S, d_model] (as ``cross_kv_into`` writes them) -> the [layers, B, H, S, D] view the decoder
+        reads, without a copy (heads stay interleaved in memory, as the projections leave them)."""
+        heads = self.config.decoder_attention_heads
+        return cross.unflatten(-1, (heads, cross.shape[-1] // heads)).transpose(2, 3)
+
     def decode(
         self,
         tokens: torch.Tensor,
