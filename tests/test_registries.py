@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -56,6 +58,7 @@ def test_models_are_built_from_the_layer_waist_only(name: str) -> None:
 
 
 def test_kernels_backend_reports_its_gaps_instead_of_falling_back_silently(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="oasr.layers.backend")
     arch = ARCHITECTURES.get("whisper")
     model = arch.from_config(arch.tiny_config())
     assert apply_backend(model, "torch") == []

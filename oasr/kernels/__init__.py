@@ -1,12 +1,19 @@
 """Triton kernels for the layer waist, each with a torch reference and an equivalence test.
 
-No kernel is written yet: every op of the waist is a declared gap, listed here so that ``oasr models`` and the
-``kernels`` backend can say exactly what still runs on plain torch.
+``KERNELS`` maps a waist op (a module's ``KERNEL_OP``) to the waist ops its kernel absorbs: under the ``kernels``
+backend such a module runs its kernel, and the modules it absorbs are not gaps. Every other op is a declared
+gap, listed here so that ``oasr models`` and the ``kernels`` backend can say exactly what still runs on torch.
 """
 
 from __future__ import annotations
 
 from oasr.layers.backend import KernelGap
+
+# conformer_conv: GLU, padding mask, depthwise convolution, batch norm and activation of a Conformer
+# convolution module in one pass (oasr.kernels.conformer_conv).
+KERNELS: dict[str, tuple[str, ...]] = {
+    "conformer_conv": ("glu", "conv1d", "batch_norm", "silu", "relu"),
+}
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("linear", "cuBLAS through torch is already near the matmul ceiling; fused bias+GELU epilogue not written"),
@@ -16,11 +23,11 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("gelu", "fused into no epilogue yet"),
     KernelGap("attention", "paged decode attention kernel not written; SDPA (flash/efficient) is used"),
     KernelGap("conv2d", "Conformer subsampling convolutions run through cuDNN"),
-    KernelGap("batch_norm", "not folded into the preceding depthwise convolution yet"),
+    KernelGap("batch_norm", "folded into the depthwise convolution inside conformer_conv only"),
     KernelGap("lstm", "transducer prediction network steps run through cuDNN's LSTM"),
     KernelGap("relu", "fused into no epilogue yet"),
     KernelGap("silu", "fused into no epilogue yet"),
-    KernelGap("glu", "fused into no epilogue yet"),
+    KernelGap("glu", "fused inside conformer_conv only"),
     KernelGap(
         "rel_pos_attention",
         "the [B, H, T, 2T-1] position scores are materialised and passed to SDPA as a float mask; no fused kernel",

@@ -35,16 +35,27 @@ def kernel_gaps() -> list[KernelGap]:
 
 
 def apply_backend(model: nn.Module, backend: Backend) -> list[KernelGap]:
-    """Switch ``model``'s layers to ``backend``; returns the declared gaps the model hits (empty for torch)."""
+    """Switch ``model``'s layers to ``backend``; returns the declared gaps the model hits (empty for torch).
+
+    Under ``kernels``, a module whose op has a kernel (``oasr.kernels.KERNELS``) runs it (on CUDA tensors; the
+    kernel's torch reference elsewhere), and the submodules that kernel absorbs are not counted as gaps."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown layer backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    from oasr.kernels import KERNELS
+
+    absorbed: set[int] = set()
+    for module in model.modules():
+        op = getattr(type(module), "KERNEL_OP", None)
+        if op in KERNELS:
+            module.use_kernel = backend == "kernels"
+            absorbed.update(id(m) for m in module.modules() if getattr(type(m), "KERNEL_OP", None) in KERNELS[op])
     if backend == "torch":
         return []
     gaps = {gap.op: gap for gap in kernel_gaps()}
-    used_ops = {getattr(type(m), "KERNEL_OP", None) for m in model.modules()}
+    used_ops = {getattr(type(m), "KERNEL_OP", None) for m in model.modules() if id(m) not in absorbed}
     hit = [gaps[op] for op in sorted(op for op in used_ops if op in gaps)]
     if hit:
-        log.warning(
+        log.info(
             "kernels backend: %d op(s) of this model have no kernel yet and run on torch: %s",
             len(hit),
             ", ".join(g.op for g in hit),

@@ -75,20 +75,41 @@ class RelPositionMultiHeadAttention(nn.Module):
 
         Padded keys get no weight; padded queries still attend to the real frames (their outputs are never read).
         """
-        q = self.split_heads(self.q_proj(x))
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim)
         k = self.split_heads(self.k_proj(x))
         v = self.split_heads(self.v_proj(x))
-        r = self.split_heads(self.relative_k_proj(positions))  # [1|B, H, 2T-1, D]
-        scale = self.head_dim**-0.5
-        # Scaled on the (small) query side, so the [B, H, T, 2T-1] product is read once more, by the shift below.
-        position_scores = relative_shift(((q + self.bias_v[:, None]) * scale) @ r.transpose(-1, -2))
-        if key_mask is not None:
-            # The most negative finite value, not -inf: a row with no real frame stays finite.
-            floor = torch.finfo(position_scores.dtype).min
-            position_scores = torch.where(key_mask[:, None, None, :], position_scores, floor)
+        position_scores = self.position_scores(q, positions)
+        # The float mask SDPA adds to the scaled content scores (q + u) . k, so both terms share one softmax. Its
+        # rows are padded to a multiple of 8 elements (kernels want aligned rows; SDPA would copy otherwise).
+        mask = position_scores.new_empty(b, self.num_heads, t, -(-t // 8) * 8)[..., :t]
+        if key_mask is None:
+            mask.copy_(position_scores)
         else:
-            position_scores = position_scores.contiguous()
-        # SDPA adds the float mask to the scaled content scores (q + u) . k: both terms share one softmax.
-        out = F.scaled_dot_product_attention(q + self.bias_u[:, None], k, v, attn_mask=position_scores)
-        b, _, t, _ = out.shape
+            # The most negative finite value, not -inf: a row with no real frame stays finite.
+            floor = mask.new_full((), torch.finfo(mask.dtype).min)
+            torch.where(key_mask[:, None, None, :], position_scores, floor, out=mask)
+        out = F.scaled_dot_product_attention((q + self.bias_u).transpose(1, 2), k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+    def position_scores(self, q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """q: [B, T, H, D] queries; positions: [1|B, 2T-1, E] -> scaled (q + v) . r scores [B, H, T, T] by
+        (query, key), a strided view.
+
+        With positions shared by the batch, each head is one matrix multiply over all B*T queries against the
+        2T-1 distances, padded to a multiple of 8 (odd widths fall to slow unaligned GEMM kernels). The scale
+        goes on the (small) projected positions.
+        """
+        b, t, h, d = q.shape
+        r = self.relative_k_proj(positions) * self.head_dim**-0.5  # [1|B, 2T-1, E]
+        q_v = q + self.bias_v
+        if positions.shape[0] != 1:
+            scores = q_v.transpose(1, 2) @ self.split_heads(r).transpose(-1, -2)  # [B, H, T, 2T-1]
+            return relative_shift(scores)
+        num_slots = 2 * t - 1
+        width = -(-num_slots // 8) * 8
+        r = F.pad(r[0], (0, 0, 0, width - num_slots)).view(width, h, d).permute(1, 2, 0)  # [H, D, width]
+        # [H, B*T, D] is a view of q_v's [B, T, H, D] memory: batched GEMMs take strided operands.
+        scores = torch.bmm(q_v.permute(2, 0, 1, 3).reshape(h, b * t, d), r)  # [H, B*T, width]
+        # Query i of row b starts at its own distance slot T-1-i and moves one slot per key (Transformer-XL).
+        return scores.as_strided((b, h, t, t), (t * width, b * t * width, width - 1, 1), scores.storage_offset() + t - 1)

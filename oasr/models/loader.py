@@ -100,10 +100,11 @@ def from_pretrained(
     *,
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
-    backend: Backend = "torch",
+    backend: Backend | None = None,
     keep_checkpoint: bool = False,
 ) -> LoadedModel:
-    """Loads a model by embedded name (``tiny.en``, ``base``) or from a directory in any supported format."""
+    """Loads a model by embedded name (``tiny.en``, ``base``) or from a directory in any supported format.
+    ``backend``: the layer waist's (``oasr.layers.backend``); by default ``kernels`` on CUDA, ``torch`` elsewhere."""
     source = resolve_source(name_or_path)
     checkpoint = read_checkpoint(source)
     config, model = build_model(checkpoint)
@@ -122,6 +123,6 @@ def from_pretrained(
         features=extractor_cls.for_model(config),
         device=target_device,
         dtype=target_dtype,
-        kernel_gaps=apply_backend(model, backend),
+        kernel_gaps=apply_backend(model, backend or ("kernels" if target_device.type == "cuda" else "torch")),
         checkpoint=checkpoint if keep_checkpoint else None,
     )

@@ -12,9 +12,13 @@ depthwise convolution, and attention gives padded keys no weight. The output at 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 from torch import nn
+
+from oasr.kernels import conformer_conv
+from oasr.kernels.conformer_conv import fold_batch_norm
 
 from oasr.layers import (
     GLU,
@@ -112,10 +116,18 @@ class FeedForward(nn.Module):
 
 
 class ConvolutionModule(nn.Module):
-    """Pointwise conv + GLU, depthwise conv, batch norm, activation, pointwise conv; [B, T, C] -> [B, T, C]."""
+    """Pointwise conv + GLU, depthwise conv, batch norm, activation, pointwise conv; [B, T, C] -> [B, T, C].
+
+    Under the ``kernels`` backend, everything between the two pointwise convolutions is one Triton pass
+    (``oasr.kernels.conformer_conv``) with the batch norm folded into the depthwise convolution.
+    """
+
+    KERNEL_OP: ClassVar[str] = "conformer_conv"
+    use_kernel = False  # set by oasr.layers.apply_backend
 
     def __init__(self, config: FastConformerEncoderConfig) -> None:
         super().__init__()
+        self.hidden_act = config.hidden_act
         channels, kernel, bias = config.hidden_size, config.conv_kernel_size, config.convolution_bias
         self.pointwise_conv1 = PointwiseConv1d(channels, 2 * channels, bias=bias)
         self.glu = GLU(dim=-1)
@@ -126,9 +138,24 @@ class ConvolutionModule(nn.Module):
         self.activation = activation(config.hidden_act)
         self.pointwise_conv2 = PointwiseConv1d(channels, channels, bias=bias)
 
+    def folded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The depthwise convolution with the batch norm folded in: float32 weight [C, K] and bias [C], made once
+        and again only when one of the tensors they come from moves or is written (not in the state dict)."""
+        sources = (self.depthwise_conv.weight, self.depthwise_conv.bias, self.norm.weight, self.norm.bias,
+                   self.norm.running_mean, self.norm.running_var)
+        key = tuple((t.data_ptr(), t._version) for t in sources if t is not None)
+        cached = self.__dict__.get("_folded")
+        if cached is None or cached[0] != key:
+            cached = (key, fold_batch_norm(self.depthwise_conv.weight, self.depthwise_conv.bias, self.norm))
+            self.__dict__["_folded"] = cached
+        return cached[1]
+
     def forward(self, x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
         """x: [B, T, C]; frames: bool [B, T] (True = real frame)."""
-        x = self.glu(self.pointwise_conv1(x))
+        y = self.pointwise_conv1(x)
+        if self.use_kernel and conformer_conv.supported(y, self.hidden_act):
+            return self.pointwise_conv2(conformer_conv.glu_depthwise_conv(y, frames, *self.folded(), self.hidden_act))
+        x = self.glu(y)
         x = x.masked_fill(~frames[:, :, None], 0.0)  # the depthwise conv must not read padded frames
         x = self.activation(self.norm(self.depthwise_conv(x.transpose(1, 2))))
         return self.pointwise_conv2(x.transpose(1, 2))

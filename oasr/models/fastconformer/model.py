@@ -57,7 +57,8 @@ class ParakeetForCTC(nn.Module):
 
     def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [B, T, D] -> log-probabilities [B, T, vocab_size] (float32; the blank included)."""
-        logits = self.ctc_head(hidden.transpose(1, 2)).transpose(1, 2)
+        # The kernel-size-1 convolution as the matrix multiply it is, on channel-last frames (no transposes).
+        logits = F.linear(hidden, self.ctc_head.weight[:, :, 0], self.ctc_head.bias)
         return F.log_softmax(logits.float(), dim=-1)
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,113 @@
+"""The Conformer convolution module's middle as one pass: GLU, padding mask, depthwise convolution, batch norm,
+activation.
+
+Between its two pointwise projections, the module in plain torch is seven passes over [B, T, C] activations
+(the GLU, zeroing padded frames, a transpose for the convolution, the convolution, batch norm, the activation,
+a transpose back). This kernel reads the first projection's [B, T, 2C] output once, in place (channels last,
+as the projection leaves it), and writes [B, T, C] ready for the second projection. Batch norm in inference is a
+per-channel affine, folded into the convolution's weights and bias (``fold_batch_norm``); the kernel takes them
+in float32 and accumulates in float32.
+
+``glu_depthwise_conv_reference`` is the same arithmetic in torch: the equivalence test compares the two, and it
+runs wherever Triton cannot (CPU tensors, activations the kernel does not have).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch reference serves
+    triton = None
+
+ACTIVATIONS = {"silu": 1, "swish": 1, "relu": 2, "identity": 0}
+
+
+def fold_batch_norm(
+    conv_weight: torch.Tensor, conv_bias: torch.Tensor | None, norm: torch.nn.BatchNorm1d
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Depthwise weight [C, 1, K] and bias [C] followed by ``norm`` (running statistics) -> one convolution's
+    float32 weight [C, K] and bias [C]."""
+    scale = norm.weight.float() * torch.rsqrt(norm.running_var.float() + norm.eps)
+    bias = conv_bias.float() if conv_bias is not None else torch.zeros_like(scale)
+    weight = conv_weight.float()[:, 0, :] * scale[:, None]
+    return weight.contiguous(), ((bias - norm.running_mean.float()) * scale + norm.bias.float()).contiguous()
+
+
+def glu_depthwise_conv_reference(
+    y: torch.Tensor, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, activation: str
+) -> torch.Tensor:
+    """y: [B, T, 2C]; frames: bool [B, T] (True = real frame); weight: float32 [C, K]; bias: float32 [C]
+    -> [B, T, C] in y's dtype: act(depthwise_conv(glu(y) zeroed at padded frames) + bias)."""
+    x = F.glu(y.float(), dim=-1).masked_fill(~frames[:, :, None], 0.0)
+    kernel = weight.shape[1]
+    x = F.conv1d(x.transpose(1, 2), weight[:, None, :], bias, padding=kernel // 2, groups=weight.shape[0])
+    code = ACTIVATIONS[activation]
+    x = F.silu(x) if code == 1 else F.relu(x) if code == 2 else x
+    return x.transpose(1, 2).to(y.dtype)
+
+
+def supported(y: torch.Tensor, activation: str) -> bool:
+    """Whether the Triton kernel runs for ``y`` (the reference serves otherwise)."""
+    return triton is not None and activation in ACTIVATIONS and (y.is_cuda or _interpreting())
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def glu_depthwise_conv(
+    y: torch.Tensor, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, activation: str
+) -> torch.Tensor:
+    """``glu_depthwise_conv_reference`` in one kernel where ``supported``; the reference elsewhere."""
+    if not supported(y, activation):
+        return glu_depthwise_conv_reference(y, frames, weight, bias, activation)
+    b, t, two_c = y.shape
+    channels, kernel = weight.shape
+    if two_c != 2 * channels or kernel % 2 == 0:
+        raise ValueError(f"expected y [B, T, 2C] with C = {channels} and an odd kernel, got {tuple(y.shape)}, K={kernel}")
+    y = y.contiguous()
+    out = torch.empty(b, t, channels, dtype=y.dtype, device=y.device)
+    block_t, block_c = 16, 128
+    grid = (b, triton.cdiv(t, block_t), triton.cdiv(channels, block_c))
+    _glu_depthwise_conv_kernel[grid](
+        y, frames.contiguous(), weight, bias, out, t, channels,
+        KERNEL=kernel, ACTIVATION=ACTIVATIONS[activation], BLOCK_T=block_t, BLOCK_C=block_c,
+    )
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _glu_depthwise_conv_kernel(
+        y_ptr, frames_ptr, w_ptr, b_ptr, out_ptr, num_frames, channels,
+        KERNEL: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
+        c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = c < channels
+        acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+        for k in tl.static_range(KERNEL):
+            src = t + (k - KERNEL // 2)
+            inside = (src >= 0) & (src < num_frames)
+            real = tl.load(frames_ptr + row * num_frames + src, mask=inside, other=0) != 0
+            m = (inside & real)[:, None] & c_ok[None, :]
+            at = y_ptr + (row * num_frames + src)[:, None] * (2 * channels) + c[None, :]
+            value = tl.load(at, mask=m, other=0.0).to(tl.float32)
+            gate = tl.load(at + channels, mask=m, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + c * KERNEL + k, mask=c_ok, other=0.0)
+            acc += value * tl.sigmoid(gate) * w[None, :]
+        acc += tl.load(b_ptr + c, mask=c_ok, other=0.0)[None, :]
+        if ACTIVATION == 1:
+            acc = acc * tl.sigmoid(acc)
+        elif ACTIVATION == 2:
+            acc = tl.maximum(acc, 0.0)
+        dest = out_ptr + (row * num_frames + t)[:, None] * channels + c[None, :]
+        tl.store(dest, acc.to(out_ptr.dtype.element_ty), mask=(t < num_frames)[:, None] & c_ok[None, :])

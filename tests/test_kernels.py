@@ -1,0 +1,112 @@
+"""Triton kernels against their torch references: on CPU through Triton's interpreter (each in a subprocess, as
+the interpreter is chosen when kernels are defined), on CUDA natively (marked gpu)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from oasr.kernels.conformer_conv import fold_batch_norm, glu_depthwise_conv, glu_depthwise_conv_reference
+from oasr.layers import apply_backend
+from oasr.models import ARCHITECTURES
+from oasr.models.fastconformer.config import FastConformerEncoderConfig
+from oasr.models.fastconformer.encoder import ConvolutionModule, frame_mask
+
+pytest.importorskip("triton")
+
+
+def conv_module(channels: int = 48, kernel: int = 9, act: str = "silu", seed: int = 0) -> ConvolutionModule:
+    """A convolution module whose batch norm has non-trivial statistics, so folding it is tested."""
+    torch.manual_seed(seed)
+    config = FastConformerEncoderConfig(hidden_size=channels, num_attention_heads=4, conv_kernel_size=kernel,
+                                        hidden_act=act)
+    module = ConvolutionModule(config).eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, 0.3)
+        module.norm.running_mean.normal_(0.0, 0.5)
+        module.norm.running_var.uniform_(0.5, 2.0)
+    return module
+
+
+@pytest.mark.parametrize("act", ["silu", "relu"])
+def test_folded_reference_equals_the_module_in_torch(act: str) -> None:
+    module = conv_module(act=act)
+    lengths = torch.tensor([23, 9, 1])
+    x = torch.randn(3, 23, 48)
+    frames = frame_mask(lengths, 23)
+    with torch.inference_mode():
+        expected = module(x, frames)  # the plain torch path: GLU, mask, conv, batch norm, activation
+        y = module.pointwise_conv1(x)
+        got = module.pointwise_conv2(glu_depthwise_conv_reference(y, frames, *module.folded(), act))
+    real = frames[:, :, None].expand_as(expected)
+    assert torch.allclose(got[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def test_folded_weights_follow_writes_to_the_batch_norm() -> None:
+    module = conv_module()
+    before = [t.clone() for t in module.folded()]
+    with torch.no_grad():
+        module.norm.running_var.mul_(4.0)
+    after = module.folded()
+    assert not torch.allclose(before[0], after[0])
+    assert torch.allclose(after[0], fold_batch_norm(module.depthwise_conv.weight, module.depthwise_conv.bias,
+                                                    module.norm)[0])
+
+
+_INTERPRETED = textwrap.dedent("""
+    import torch
+    from oasr.kernels.conformer_conv import glu_depthwise_conv, glu_depthwise_conv_reference, supported
+    torch.manual_seed(0)
+    worst = 0.0
+    # Frames not a multiple of the kernel's 16-frame tile, channels not a multiple of its 128, an empty row.
+    for b, t, c, k, act in [(3, 37, 160, 9, "silu"), (2, 5, 24, 3, "relu"), (1, 16, 128, 31, "identity")]:
+        y = torch.randn(b, t, 2 * c)
+        lengths = torch.tensor([t, max(t // 2, 1), 0][:b])
+        frames = torch.arange(t)[None] < lengths[:, None]
+        w, bias = torch.randn(c, k), torch.randn(c)
+        assert supported(y, act)
+        got = glu_depthwise_conv(y, frames, w, bias, act)
+        want = glu_depthwise_conv_reference(y, frames, w, bias, act)
+        worst = max(worst, (got - want).abs().max().item())
+    print(worst)
+""")
+
+
+def test_glu_depthwise_conv_kernel_equals_its_reference_in_the_interpreter() -> None:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+def test_kernels_backend_switches_the_conformer_convolution_and_counts_its_parts_as_covered() -> None:
+    arch = ARCHITECTURES.get("parakeet_ctc")
+    model = arch.from_config(arch.tiny_config())
+    modules = [m for m in model.modules() if isinstance(m, ConvolutionModule)]
+    gaps = {g.op for g in apply_backend(model, "kernels")}
+    assert modules and all(m.use_kernel for m in modules)
+    assert "batch_norm" not in gaps and "glu" not in gaps
+    assert "rel_pos_attention" in gaps and "silu" in gaps  # the feed-forward's activation is still torch's
+    apply_backend(model, "torch")
+    assert not any(m.use_kernel for m in modules)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_glu_depthwise_conv_kernel_equals_its_reference_on_cuda(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    b, t, c, k = 8, 203, 1024, 9
+    y = torch.randn(b, t, 2 * c, device="cuda", dtype=dtype)
+    lengths = torch.randint(1, t + 1, (b,), device="cuda")
+    frames = torch.arange(t, device="cuda")[None] < lengths[:, None]
+    w, bias = torch.randn(c, k, device="cuda") * 0.2, torch.randn(c, device="cuda")
+    got = glu_depthwise_conv(y, frames, w, bias, "silu")
+    want = glu_depthwise_conv_reference(y, frames, w, bias, "silu")
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    assert got.dtype == dtype and (got.float() - want.float()).abs().max().item() < tolerance
