@@ -110,3 +110,11 @@ def test_glu_depthwise_conv_kernel_equals_its_reference_on_cuda(dtype: torch.dty
     want = glu_depthwise_conv_reference(y, frames, w, bias, "silu")
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     assert got.dtype == dtype and (got.float() - want.float()).abs().max().item() < tolerance
+
+
+def test_a_module_made_under_inference_mode_folds_its_batch_norm() -> None:
+    with torch.inference_mode():  # parameters are inference tensors, which keep no write count
+        module = conv_module()
+        weight, _ = module.folded()
+        assert torch.equal(weight, fold_batch_norm(module.depthwise_conv.weight, module.depthwise_conv.bias,
+                                                   module.norm)[0])

@@ -13,6 +13,16 @@ import torch.nn.functional as F
 from torch import nn
 
 
+def tensor_key(t: torch.Tensor) -> tuple:
+    """Identity and write count of ``t``, for caches derived from parameters. Inference tensors keep no write
+    count (in-place writes to them are not tracked), so for them only storage and dtype tell a change."""
+    try:
+        version = t._version
+    except RuntimeError:
+        version = -1
+    return t.data_ptr(), t.device, t.dtype, version
+
+
 class Linear(nn.Linear):
     KERNEL_OP: ClassVar[str] = "linear"
 
@@ -41,7 +51,7 @@ class Float32Head(Linear):
                 out = out.view(*x.shape[:-1], -1)
                 return out if self.bias is None else out + self.bias.float()
         if weight.dtype != torch.float32:
-            key = (weight.data_ptr(), weight.device, weight.dtype, weight._version)
+            key = tensor_key(weight)
             cached = self.__dict__.get("_float32_weight")
             if cached is None or cached[0] != key:
                 cached = (key, weight.detach().float())

@@ -33,6 +33,7 @@ from oasr.layers import (
     activation,
     relative_position_embeddings,
 )
+from oasr.layers.basic import tensor_key
 from oasr.models.base import EncoderOutput
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
 
@@ -143,7 +144,7 @@ class ConvolutionModule(nn.Module):
         and again only when one of the tensors they come from moves or is written (not in the state dict)."""
         sources = (self.depthwise_conv.weight, self.depthwise_conv.bias, self.norm.weight, self.norm.bias,
                    self.norm.running_mean, self.norm.running_var)
-        key = tuple((t.data_ptr(), t._version) for t in sources if t is not None)
+        key = tuple(tensor_key(t) for t in sources if t is not None)
         cached = self.__dict__.get("_folded")
         if cached is None or cached[0] != key:
             cached = (key, fold_batch_norm(self.depthwise_conv.weight, self.depthwise_conv.bias, self.norm))
