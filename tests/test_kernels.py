@@ -118,3 +118,58 @@ def test_a_module_made_under_inference_mode_folds_its_batch_norm() -> None:
         weight, _ = module.folded()
         assert torch.equal(weight, fold_batch_norm(module.depthwise_conv.weight, module.depthwise_conv.bias,
                                                    module.norm)[0])
+
+
+_INTERPRETED_NORM = textwrap.dedent("""
+    import torch
+    from oasr.kernels.layer_norm import add_layer_norm, add_layer_norm_reference, supported
+    torch.manual_seed(0)
+    worst = 0.0
+    # A width that is not a power of two, with and without the residual, weight and bias.
+    for rows, dim, residual, affine, alpha in [(7, 96, True, True, 0.5), (3, 80, False, True, 1.0), (5, 64, True, False, 1.0)]:
+        x = torch.randn(rows, dim) * 3 + 1
+        delta = torch.randn(rows, dim) if residual else None
+        w, b = (torch.randn(dim), torch.randn(dim)) if affine else (None, None)
+        assert supported(x)
+        got = add_layer_norm(x, delta, w, b, 1e-5, alpha)
+        want = add_layer_norm_reference(x, delta, w, b, 1e-5, alpha)
+        worst = max(worst, *((g - r).abs().max().item() for g, r in zip(got, want)))
+    print(worst)
+""")
+
+
+def test_add_layer_norm_kernel_equals_its_reference_in_the_interpreter() -> None:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", _INTERPRETED_NORM], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+
+
+def test_layer_norm_add_forward_is_the_residual_then_the_norm() -> None:
+    from oasr.layers import LayerNorm
+
+    norm = LayerNorm(32)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x, delta = torch.randn(4, 5, 32), torch.randn(4, 5, 32)
+    total, normed = norm.add_forward(x, delta, alpha=0.5)
+    assert torch.equal(total, x + 0.5 * delta)
+    assert torch.allclose(normed, norm(x + 0.5 * delta))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_add_layer_norm_kernel_equals_its_reference_on_cuda(dtype: torch.dtype) -> None:
+    from oasr.kernels.layer_norm import add_layer_norm, add_layer_norm_reference
+
+    torch.manual_seed(0)
+    x = torch.randn(333, 1280, device="cuda", dtype=dtype)
+    delta = torch.randn_like(x)
+    w, b = torch.randn(1280, device="cuda", dtype=dtype), torch.randn(1280, device="cuda", dtype=dtype)
+    got = add_layer_norm(x, delta, w, b, 1e-5, 0.5)
+    want = add_layer_norm_reference(x, delta, w, b, 1e-5, 0.5)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    assert torch.equal(got[0], want[0])
+    assert (got[1].float() - want[1].float()).abs().max().item() < tolerance

@@ -62,7 +62,32 @@ class Float32Head(Linear):
 
 
 class LayerNorm(nn.LayerNorm):
+    """LayerNorm; under the ``kernels`` backend one Triton pass that can also take the residual add before it
+    (``add_forward``). Inside ``torch.compile`` it stays torch's, which the compiler fuses itself."""
+
     KERNEL_OP: ClassVar[str] = "layer_norm"
+    use_kernel = False  # set by oasr.layers.apply_backend
+
+    def _kernel_applies(self, x: torch.Tensor) -> bool:
+        from oasr.kernels import layer_norm
+
+        return self.use_kernel and layer_norm.supported(x) and not torch.compiler.is_compiling()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._kernel_applies(x):
+            from oasr.kernels.layer_norm import add_layer_norm
+
+            return add_layer_norm(x, None, self.weight, self.bias, self.eps)[1]
+        return super().forward(x)
+
+    def add_forward(self, x: torch.Tensor, delta: torch.Tensor, alpha: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual step of a pre-norm block: -> (s = x + alpha * delta, norm(s))."""
+        if self._kernel_applies(x):
+            from oasr.kernels.layer_norm import add_layer_norm
+
+            return add_layer_norm(x, delta, self.weight, self.bias, self.eps, alpha)
+        s = torch.add(x, delta, alpha=alpha)
+        return s, super().forward(s)
 
 
 class Conv1d(nn.Conv1d):

@@ -76,10 +76,13 @@ class RelPositionMultiHeadAttention(nn.Module):
         Padded keys get no weight; padded queries still attend to the real frames (their outputs are never read).
         """
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim)
+        # Queries with the content bias u added by the projection itself: (q + u) comes out of one GEMM.
+        u = self.bias_u.flatten()
+        q_u = F.linear(x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
+        q_u = q_u.view(b, t, self.num_heads, self.head_dim)
         k = self.split_heads(self.k_proj(x))
         v = self.split_heads(self.v_proj(x))
-        position_scores = self.position_scores(q, positions)
+        position_scores = self.position_scores(q_u, positions, self.bias_v - self.bias_u)
         # The float mask SDPA adds to the scaled content scores (q + u) . k, so both terms share one softmax. Its
         # rows are padded to a multiple of 8 elements (kernels want aligned rows; SDPA would copy otherwise).
         mask = position_scores.new_empty(b, self.num_heads, t, -(-t // 8) * 8)[..., :t]
@@ -89,12 +92,12 @@ class RelPositionMultiHeadAttention(nn.Module):
             # The most negative finite value, not -inf: a row with no real frame stays finite.
             floor = mask.new_full((), torch.finfo(mask.dtype).min)
             torch.where(key_mask[:, None, None, :], position_scores, floor, out=mask)
-        out = F.scaled_dot_product_attention((q + self.bias_u).transpose(1, 2), k, v, attn_mask=mask)
+        out = F.scaled_dot_product_attention(q_u.transpose(1, 2), k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
-    def position_scores(self, q: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """q: [B, T, H, D] queries; positions: [1|B, 2T-1, E] -> scaled (q + v) . r scores [B, H, T, T] by
-        (query, key), a strided view.
+    def position_scores(self, q: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        """q: [B, T, H, D] queries; positions: [1|B, 2T-1, E]; shift: [H, D] -> scaled (q + shift) . r scores
+        [B, H, T, T] by (query, key), a strided view. (Given q + u, the shift v - u makes the position bias v.)
 
         With positions shared by the batch, each head is one matrix multiply over all B*T queries against the
         2T-1 distances, padded to a multiple of 8 (odd widths fall to slow unaligned GEMM kernels). The scale
@@ -102,7 +105,7 @@ class RelPositionMultiHeadAttention(nn.Module):
         """
         b, t, h, d = q.shape
         r = self.relative_k_proj(positions) * self.head_dim**-0.5  # [1|B, 2T-1, E]
-        q_v = q + self.bias_v
+        q_v = q + shift
         if positions.shape[0] != 1:
             scores = q_v.transpose(1, 2) @ self.split_heads(r).transpose(-1, -2)  # [B, H, T, 2T-1]
             return relative_shift(scores)

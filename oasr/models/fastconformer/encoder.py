@@ -177,12 +177,12 @@ class ConformerBlock(nn.Module):
         self.norm_out = LayerNorm(d)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-        # Macaron: two half-step feed-forwards around attention and convolution.
-        x = torch.add(x, self.feed_forward1(self.norm_feed_forward1(x)), alpha=0.5)
-        x = x + self.self_attn(self.norm_self_att(x), positions, key_mask=frames)
-        x = x + self.conv(self.norm_conv(x), frames)
-        x = torch.add(x, self.feed_forward2(self.norm_feed_forward2(x)), alpha=0.5)
-        return self.norm_out(x)
+        # Macaron: two half-step feed-forwards around attention and convolution. Each residual add and the norm
+        # after it are one step (one kernel under the kernels backend).
+        x, h = self.norm_self_att.add_forward(x, self.feed_forward1(self.norm_feed_forward1(x)), alpha=0.5)
+        x, h = self.norm_conv.add_forward(x, self.self_attn(h, positions, key_mask=frames))
+        x, h = self.norm_feed_forward2.add_forward(x, self.conv(h, frames))
+        return self.norm_out.add_forward(x, self.feed_forward2(h), alpha=0.5)[1]
 
 
 class FastConformerEncoder(nn.Module):
