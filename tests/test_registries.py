@@ -63,7 +63,7 @@ def test_kernels_backend_reports_its_gaps_instead_of_falling_back_silently(caplo
     model = arch.from_config(arch.tiny_config())
     assert apply_backend(model, "torch") == []
     gaps = apply_backend(model, "kernels")
-    assert {g.op for g in gaps} == {"linear", "conv1d", "embedding", "gelu", "attention"}
+    assert {g.op for g in gaps} == {"linear", "layer_norm", "conv1d", "embedding", "gelu", "attention"}
     assert {"lstm", "rel_pos_attention"} <= {g.op for g in kernel_gaps()}
     assert "no kernel yet" in caplog.text
     assert all(g.reason for g in kernel_gaps())

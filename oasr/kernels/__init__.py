@@ -11,13 +11,14 @@ from oasr.layers.backend import KernelGap
 
 # conformer_conv: GLU, padding mask, depthwise convolution, batch norm and activation of a Conformer
 # convolution module in one pass (oasr.kernels.conformer_conv).
-# layer_norm: LayerNorm, with the residual add before it where a block asks (oasr.kernels.layer_norm).
+# layer_norm: a residual add and the LayerNorm after it (LayerNorm.add_forward; oasr.kernels.layer_norm).
 KERNELS: dict[str, tuple[str, ...]] = {
     "conformer_conv": ("glu", "conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
 }
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
+    KernelGap("layer_norm", "a LayerNorm without a residual add before it (or outside add_forward) runs on torch"),
     KernelGap("linear", "cuBLAS through torch is already near the matmul ceiling; fused bias+GELU epilogue not written"),
     KernelGap("conv1d", "encoder front convolutions run through cuDNN"),
     KernelGap("embedding", "token + position embedding gather not fused"),

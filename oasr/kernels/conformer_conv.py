@@ -73,12 +73,11 @@ def glu_depthwise_conv(
         raise ValueError(f"expected y [B, T, 2C] with C = {channels} and an odd kernel, got {tuple(y.shape)}, K={kernel}")
     y = y.contiguous()
     out = torch.empty(b, t, channels, dtype=y.dtype, device=y.device)
-    chunk, block_c = 64, 128
-    grid = (b, triton.cdiv(t, chunk), triton.cdiv(channels, block_c))
+    block_t, block_c = 16, 128
+    grid = (b, triton.cdiv(t, block_t), triton.cdiv(channels, block_c))
     _glu_depthwise_conv_kernel[grid](
         y, frames.contiguous(), weight, bias, out, t, channels,
-        KERNEL=kernel, WINDOW=triton.next_power_of_2(kernel), ACTIVATION=ACTIVATIONS[activation], CHUNK=chunk,
-        BLOCK_C=block_c,
+        KERNEL=kernel, ACTIVATION=ACTIVATIONS[activation], BLOCK_T=block_t, BLOCK_C=block_c,
     )
     return out
 
@@ -88,40 +87,27 @@ if triton is not None:
     @triton.jit
     def _glu_depthwise_conv_kernel(
         y_ptr, frames_ptr, w_ptr, b_ptr, out_ptr, num_frames, channels,
-        KERNEL: tl.constexpr, WINDOW: tl.constexpr, ACTIVATION: tl.constexpr, CHUNK: tl.constexpr,
-        BLOCK_C: tl.constexpr,
+        KERNEL: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
     ):
-        """One (row, chunk of CHUNK output frames, BLOCK_C channels) per program. It walks its input frames
-        once, keeping the last KERNEL gated frames in a ring of WINDOW registers rows, so each input's GLU is
-        computed once (plus a halo of KERNEL - 1 frames per chunk), and emits an output frame per step."""
         row = tl.program_id(0).to(tl.int64)
-        first = tl.program_id(1) * CHUNK
+        t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
         c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = c < channels
-        slots = tl.arange(0, WINDOW)
-        half = KERNEL // 2
-        bias = tl.load(b_ptr + c, mask=c_ok, other=0.0)
-        ring = tl.zeros((WINDOW, BLOCK_C), dtype=tl.float32)
-        for s in range(first - half, first + CHUNK + half):
-            # Input frame s: gated, and zero outside the row or past its length.
-            inside = (s >= 0) & (s < num_frames)
-            real = tl.load(frames_ptr + row * num_frames + s, mask=inside, other=0) != 0
-            m = c_ok & (inside & real)
-            at = y_ptr + (row * num_frames + s) * (2 * channels) + c
+        acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+        for k in tl.static_range(KERNEL):
+            src = t + (k - KERNEL // 2)
+            inside = (src >= 0) & (src < num_frames)
+            real = tl.load(frames_ptr + row * num_frames + src, mask=inside, other=0) != 0
+            m = (inside & real)[:, None] & c_ok[None, :]
+            at = y_ptr + (row * num_frames + src)[:, None] * (2 * channels) + c[None, :]
             value = tl.load(at, mask=m, other=0.0).to(tl.float32)
             gate = tl.load(at + channels, mask=m, other=0.0).to(tl.float32)
-            ring = tl.where(slots[:, None] == (s + WINDOW) % WINDOW, (value * tl.sigmoid(gate))[None, :], ring)
-            # Output frame t = s - half now has its inputs t - half .. s; slot j holds the latest frame s' with
-            # s' = j (mod WINDOW), which is tap k = s' - t + half.
-            t = s - half
-            tap = (s - (s - slots + 2 * WINDOW) % WINDOW) - t + half
-            w = tl.load(w_ptr + c[None, :] * KERNEL + tap[:, None],
-                        mask=((tap >= 0) & (tap < KERNEL))[:, None] & c_ok[None, :], other=0.0)
-            acc = tl.sum(ring * w, axis=0) + bias
-            if ACTIVATION == 1:
-                acc = acc * tl.sigmoid(acc)
-            elif ACTIVATION == 2:
-                acc = tl.maximum(acc, 0.0)
-            frame = t + tl.zeros((BLOCK_C,), dtype=tl.int32)
-            keep = c_ok & (frame >= first) & (frame < num_frames)
-            tl.store(out_ptr + (row * num_frames + t) * channels + c, acc.to(out_ptr.dtype.element_ty), mask=keep)
+            w = tl.load(w_ptr + c * KERNEL + k, mask=c_ok, other=0.0)
+            acc += value * tl.sigmoid(gate) * w[None, :]
+        acc += tl.load(b_ptr + c, mask=c_ok, other=0.0)[None, :]
+        if ACTIVATION == 1:
+            acc = acc * tl.sigmoid(acc)
+        elif ACTIVATION == 2:
+            acc = tl.maximum(acc, 0.0)
+        dest = out_ptr + (row * num_frames + t)[:, None] * channels + c[None, :]
+        tl.store(dest, acc.to(out_ptr.dtype.element_ty), mask=(t < num_frames)[:, None] & c_ok[None, :])

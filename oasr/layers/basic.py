@@ -62,32 +62,22 @@ class Float32Head(Linear):
 
 
 class LayerNorm(nn.LayerNorm):
-    """LayerNorm; under the ``kernels`` backend one Triton pass that can also take the residual add before it
-    (``add_forward``). Inside ``torch.compile`` it stays torch's, which the compiler fuses itself."""
+    """LayerNorm. ``add_forward`` is a pre-norm block's residual step, the add and the norm, which the
+    ``kernels`` backend runs as one Triton pass (inside ``torch.compile`` it stays torch's, which the compiler
+    fuses itself). A plain call stays torch's: for a few rows (a decode step) the kernel's launch costs more than
+    it saves."""
 
     KERNEL_OP: ClassVar[str] = "layer_norm"
     use_kernel = False  # set by oasr.layers.apply_backend
 
-    def _kernel_applies(self, x: torch.Tensor) -> bool:
+    def add_forward(self, x: torch.Tensor, delta: torch.Tensor, alpha: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (s = x + alpha * delta, norm(s))."""
         from oasr.kernels import layer_norm
 
-        return self.use_kernel and layer_norm.supported(x) and not torch.compiler.is_compiling()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._kernel_applies(x):
-            from oasr.kernels.layer_norm import add_layer_norm
-
-            return add_layer_norm(x, None, self.weight, self.bias, self.eps)[1]
-        return super().forward(x)
-
-    def add_forward(self, x: torch.Tensor, delta: torch.Tensor, alpha: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """The residual step of a pre-norm block: -> (s = x + alpha * delta, norm(s))."""
-        if self._kernel_applies(x):
-            from oasr.kernels.layer_norm import add_layer_norm
-
-            return add_layer_norm(x, delta, self.weight, self.bias, self.eps, alpha)
+        if self.use_kernel and layer_norm.supported(x) and not torch.compiler.is_compiling():
+            return layer_norm.add_layer_norm(x, delta, self.weight, self.bias, self.eps, alpha)
         s = torch.add(x, delta, alpha=alpha)
-        return s, super().forward(s)
+        return s, self(s)
 
 
 class Conv1d(nn.Conv1d):
