@@ -37,8 +37,8 @@ def kernel_gaps() -> list[KernelGap]:
 def apply_backend(model: nn.Module, backend: Backend) -> list[KernelGap]:
     """Switch ``model``'s layers to ``backend``; returns the declared gaps the model hits (empty for torch).
 
-    Under ``kernels``, a module whose op has a kernel (``oasr.kernels.KERNELS``) runs it (on CUDA tensors; the
-    kernel's torch reference elsewhere), and the submodules that kernel absorbs are not counted as gaps."""
+    Under ``kernels``, a module whose op has a kernel (``oasr.kernels.KERNELS``) runs it on CUDA tensors (plain
+    torch elsewhere), and the submodules that kernel absorbs are not counted as gaps."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown layer backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     from oasr.kernels import KERNELS

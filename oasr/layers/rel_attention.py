@@ -115,4 +115,5 @@ class RelPositionMultiHeadAttention(nn.Module):
         # [H, B*T, D] is a view of q_v's [B, T, H, D] memory: batched GEMMs take strided operands.
         scores = torch.bmm(q_v.permute(2, 0, 1, 3).reshape(h, b * t, d), r)  # [H, B*T, width]
         # Query i of row b starts at its own distance slot T-1-i and moves one slot per key (Transformer-XL).
-        return scores.as_strided((b, h, t, t), (t * width, b * t * width, width - 1, 1), scores.storage_offset() + t - 1)
+        strides = (t * width, b * t * width, width - 1, 1)
+        return scores.as_strided((b, h, t, t), strides, scores.storage_offset() + t - 1)

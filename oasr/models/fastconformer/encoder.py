@@ -19,7 +19,6 @@ from torch import nn
 
 from oasr.kernels import conformer_conv
 from oasr.kernels.conformer_conv import fold_batch_norm
-
 from oasr.layers import (
     GLU,
     BatchNorm1d,
@@ -28,8 +27,8 @@ from oasr.layers import (
     LayerNorm,
     Linear,
     PointwiseConv1d,
-    ReLU,
     RelPositionMultiHeadAttention,
+    ReLU,
     activation,
     relative_position_embeddings,
 )
