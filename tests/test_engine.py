@@ -98,3 +98,28 @@ def test_bad_requests_are_refused_at_the_door(tiny_en, clips) -> None:
     with pytest.raises(ValueError, match="already in use"):
         engine.add_request(clips[0], request_id="x")
     assert not engine.scheduler.running
+
+
+def test_cross_attention_k_v_land_in_each_slot_whether_projected_in_place_or_copied(tiny_en) -> None:
+    """Rows in consecutive slots are projected straight into them; others (and a beam's extra slots) through a
+    scratch buffer and a word-wise copy. Both must leave each slot holding its own row's K/V."""
+    import torch
+
+    from oasr.engine.scheduler import EncodeRow
+
+    engine = ASREngine(tiny_en, EngineConfig(scheduler=SchedulerConfig(max_num_seqs=8)))
+    runner, model = engine.runner, tiny_en.model
+    torch.manual_seed(0)
+    encoded = torch.randn(3, model.config.max_source_positions, model.config.d_model)
+    with torch.inference_mode():
+        want_k, want_v = model.cross_kv(encoded)  # [layers, B, H, S, D]
+        for slots in [((2,), (3,), (4,)), ((6,), (1,), (4, 0))]:  # consecutive; scattered, one row of two beams
+            rows = tuple(EncodeRow(f"r{i}", s, tuple(() for _ in s)) for i, s in enumerate(slots))
+            got_k, got_v = runner._project_cross(rows, encoded)
+            assert torch.allclose(got_k, want_k, atol=1e-5) and torch.allclose(got_v, want_v, atol=1e-5)
+            for i, row in enumerate(rows):
+                for slot in row.slots:
+                    stored_k = model.split_cross(runner.cross_k[:, slot : slot + 1])[:, 0]
+                    stored_v = model.split_cross(runner.cross_v[:, slot : slot + 1])[:, 0]
+                    assert torch.allclose(stored_k, want_k[:, i], atol=1e-5), (slots, slot)
+                    assert torch.allclose(stored_v, want_v[:, i], atol=1e-5), (slots, slot)
