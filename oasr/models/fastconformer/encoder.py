@@ -153,7 +153,8 @@ class ConvolutionModule(nn.Module):
     def forward(self, x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
         """x: [B, T, C]; frames: bool [B, T] (True = real frame)."""
         y = self.pointwise_conv1(x)
-        if self.use_kernel and conformer_conv.supported(y, self.hidden_act):
+        # Inside torch.compile the torch path runs: the compiler fuses it itself.
+        if self.use_kernel and conformer_conv.supported(y, self.hidden_act) and not torch.compiler.is_compiling():
             return self.pointwise_conv2(conformer_conv.glu_depthwise_conv(y, frames, *self.folded(), self.hidden_act))
         x = self.glu(y)
         x = x.masked_fill(~frames[:, :, None], 0.0)  # the depthwise conv must not read padded frames
