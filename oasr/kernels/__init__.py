@@ -7,15 +7,18 @@ gap, listed here so that ``oasr models`` and the ``kernels`` backend can say exa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from oasr.layers.backend import KernelGap
 
 # conformer_conv: GLU, padding mask, depthwise convolution, batch norm and activation of a Conformer
 # convolution module in one pass (oasr.kernels.conformer_conv).
 # layer_norm: a residual add and the LayerNorm after it (LayerNorm.add_forward; oasr.kernels.layer_norm).
-KERNELS: dict[str, tuple[str, ...]] = {
+KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("glu", "conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
-}
+})
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("layer_norm", "a LayerNorm without a residual add before it (or outside add_forward) runs on torch"),
