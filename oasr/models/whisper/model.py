@@ -163,20 +163,13 @@ class WhisperForConditionalGeneration(nn.Module):
 
     def cross_kv(self, encoder_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention K/V of every decoder layer, computed once per request: each [layers, B, H, S, D]."""
-        ks, vs = self.cross_kv_layers(encoder_out)
-        return torch.stack(ks), torch.stack(vs)
-
-    def cross_kv_layers(self, encoder_out: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        """Like ``cross_kv`` without stacking: per layer, K and V [B, H, S, D] as head-split views of the
-        projections. The decoder takes these as they are (it indexes K/V by layer), and a caller that stores
-        them elsewhere moves each once instead of through a transposing stack first."""
         pairs = [layer.encoder_attn.project_kv(encoder_out) for layer in self.model.decoder.layers]
-        return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
+        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
 
     def cross_kv_into(self, encoder_out: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
         """Cross-attention K/V of every decoder layer written into caller buffers ``k_out``/``v_out``, each
         [layers, B, S, d_model] with every [B, S, d_model] layer slice contiguous. ``split_cross`` gives the
-        decoder's view of them."""
+        decoder's view of them. Inference only: writing through ``out=`` records no gradient."""
         for index, layer in enumerate(self.model.decoder.layers):
             layer.encoder_attn.project_kv_into(encoder_out, k_out[index], v_out[index])
 
