@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from oasr.kernels.runtime import triton_runs_on
+
 try:
     import triton
     import triton.language as tl
@@ -52,13 +54,7 @@ def glu_depthwise_conv_reference(
 
 def supported(y: torch.Tensor, activation: str) -> bool:
     """Whether the Triton kernel runs for ``y`` (the reference serves otherwise)."""
-    return triton is not None and activation in ACTIVATIONS and (y.is_cuda or _interpreting())
-
-
-def _interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return activation in ACTIVATIONS and triton_runs_on(y)
 
 
 def glu_depthwise_conv(

@@ -9,10 +9,10 @@ reads ``x`` and the sublayer output once and writes the sum and its norm. Statis
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
+
+from oasr.kernels.runtime import triton_runs_on
 
 try:
     import triton
@@ -31,7 +31,7 @@ def add_layer_norm_reference(
 
 
 def supported(x: torch.Tensor) -> bool:
-    return triton is not None and (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+    return triton_runs_on(x)
 
 
 def add_layer_norm(
