@@ -23,6 +23,17 @@ def tensor_key(t: torch.Tensor) -> tuple:
     return t.data_ptr(), t.device, t.dtype, version
 
 
+def derived(module: nn.Module, name: str, sources: tuple[torch.Tensor | None, ...], build):
+    """``build()``, cached on ``module`` under ``name`` (outside the state dict) and made again only when one
+    of ``sources`` moves or is written (``tensor_key``): a float32 weight copy, a folded batch norm."""
+    key = tuple(tensor_key(t) for t in sources if t is not None)
+    cached = module.__dict__.get(name)
+    if cached is None or cached[0] != key:
+        cached = (key, build())
+        module.__dict__[name] = cached
+    return cached[1]
+
+
 class Linear(nn.Linear):
     KERNEL_OP: ClassVar[str] = "linear"
 
@@ -51,12 +62,7 @@ class Float32Head(Linear):
                 out = out.view(*x.shape[:-1], -1)
                 return out if self.bias is None else out + self.bias.float()
         if weight.dtype != torch.float32:
-            key = tensor_key(weight)
-            cached = self.__dict__.get("_float32_weight")
-            if cached is None or cached[0] != key:
-                cached = (key, weight.detach().float())
-                self.__dict__["_float32_weight"] = cached
-            weight = cached[1]
+            weight = derived(self, "_float32_weight", (weight,), weight.detach().float)
         bias = None if self.bias is None else self.bias.float()
         return F.linear(x.float(), weight, bias)
 

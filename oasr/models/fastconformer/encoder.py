@@ -32,7 +32,7 @@ from oasr.layers import (
     activation,
     relative_position_embeddings,
 )
-from oasr.layers.basic import tensor_key
+from oasr.layers.basic import derived
 from oasr.models.base import EncoderOutput
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
 
@@ -141,14 +141,9 @@ class ConvolutionModule(nn.Module):
     def folded(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The depthwise convolution with the batch norm folded in: float32 weight [C, K] and bias [C], made once
         and again only when one of the tensors they come from moves or is written (not in the state dict)."""
-        sources = (self.depthwise_conv.weight, self.depthwise_conv.bias, self.norm.weight, self.norm.bias,
-                   self.norm.running_mean, self.norm.running_var)
-        key = tuple(tensor_key(t) for t in sources if t is not None)
-        cached = self.__dict__.get("_folded")
-        if cached is None or cached[0] != key:
-            cached = (key, fold_batch_norm(self.depthwise_conv.weight, self.depthwise_conv.bias, self.norm))
-            self.__dict__["_folded"] = cached
-        return cached[1]
+        conv, norm = self.depthwise_conv, self.norm
+        sources = (conv.weight, conv.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)
+        return derived(self, "_folded", sources, lambda: fold_batch_norm(conv.weight, conv.bias, norm))
 
     def forward(self, x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
         """x: [B, T, C]; frames: bool [B, T] (True = real frame)."""
