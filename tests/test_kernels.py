@@ -82,12 +82,17 @@ _INTERPRETED = textwrap.dedent("""
 """)
 
 
-def test_glu_depthwise_conv_kernel_equals_its_reference_in_the_interpreter() -> None:
+def worst_error_interpreted(script: str) -> float:
+    """Runs ``script`` under Triton's interpreter in a fresh process; -> the error it prints last."""
     env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", _INTERPRETED], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def test_glu_depthwise_conv_kernel_equals_its_reference_in_the_interpreter() -> None:
+    assert worst_error_interpreted(_INTERPRETED) < 1e-5
 
 
 def test_kernels_backend_switches_the_conformer_convolution_and_counts_its_parts_as_covered() -> None:
@@ -144,11 +149,7 @@ _INTERPRETED_NORM = textwrap.dedent("""
 
 
 def test_add_layer_norm_kernel_equals_its_reference_in_the_interpreter() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", _INTERPRETED_NORM], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.strip().splitlines()[-1]) < 1e-5
+    assert worst_error_interpreted(_INTERPRETED_NORM) < 1e-5
 
 
 def test_layer_norm_add_forward_is_the_residual_then_the_norm() -> None:
