@@ -71,3 +71,24 @@ def test_log_mel_on_cuda_matches_cpu() -> None:
     cpu = extractor(audio)
     cuda = extractor(audio, device="cuda").cpu()
     assert (cpu - cuda).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_pad_to_device_places_each_input_and_zeroes_the_rest(device: str) -> None:
+    from oasr.features.upload import pad_to_device
+
+    rng = np.random.default_rng(4)
+    audio = [rng.standard_normal(n).astype(np.float32) for n in (7, 0, 12, 3)]
+    batch, lengths = pad_to_device(audio, device)
+    assert batch.shape == (4, 12) and batch.device.type == device
+    assert lengths.tolist() == [7, 0, 12, 3]
+    cut, cut_lengths = pad_to_device(audio + [[0.5] * 2], device, width=5)
+    assert cut.shape == (5, 5) and cut_lengths.tolist() == [5, 0, 5, 3, 2]
+    for i, samples in enumerate(audio):
+        assert torch.equal(batch[i, : len(samples)].cpu(), torch.from_numpy(samples))
+        assert not batch[i, len(samples) :].any()
+        assert torch.equal(cut[i, : min(len(samples), 5)].cpu(), torch.from_numpy(samples[:5]))
+        assert not cut[i, len(samples) :].any()
+    assert cut[4].tolist() == [0.5, 0.5, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="no audio"):
+        pad_to_device([], device)

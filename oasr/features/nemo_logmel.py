@@ -17,6 +17,7 @@ import torch
 
 from oasr.features import FEATURE_EXTRACTORS
 from oasr.features.mel import slaney_mel_filters
+from oasr.features.upload import pad_to_device
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,7 @@ class NemoLogMel:
         audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Zero-pad every input to the longest -> (float32 [B, N] on ``device``, samples [B] int64)."""
-        inputs = [torch.as_tensor(samples, dtype=torch.float32).reshape(-1) for samples in audio]
-        if not inputs:
-            raise ValueError("no audio to featurize")
-        lengths = [x.shape[0] for x in inputs]
-        batch = torch.zeros(len(inputs), max(lengths), device=device)
-        for i, x in enumerate(inputs):
-            batch[i, : x.shape[0]] = x.to(device, non_blocking=True)
-        return batch, torch.tensor(lengths, dtype=torch.long, device=device)
+        return pad_to_device(audio, device)
 
     def __call__(
         self,

@@ -15,6 +15,7 @@ import torch
 
 from oasr.features import FEATURE_EXTRACTORS
 from oasr.features.mel import slaney_mel_filters
+from oasr.features.upload import pad_to_device
 
 
 @dataclass(frozen=True)
@@ -51,21 +52,8 @@ class WhisperLogMel:
         return cls(WhisperLogMelConfig(num_mel_bins=getattr(config, "num_mel_bins", 80)))
 
     def pad_batch(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str) -> torch.Tensor:
-        """Pad or cut every input to one window -> float32 [B, n_samples] on ``device``.
-        The samples travel to the device in one (pinned, on CUDA) copy, then are placed row by row there."""
-        n = self.config.n_samples
-        device = torch.device(device)
-        rows = [np.asarray(a, dtype=np.float32)[:n] for a in audio]
-        host = torch.from_numpy(np.concatenate(rows)) if rows else torch.zeros(0)
-        if device.type == "cuda":
-            host = host.pin_memory()
-        flat = host.to(device, non_blocking=True)
-        batch = torch.zeros(len(rows), n, dtype=torch.float32, device=device)
-        offset = 0
-        for i, row in enumerate(rows):
-            batch[i, : len(row)] = flat[offset : offset + len(row)]
-            offset += len(row)
-        return batch
+        """Pad or cut every input to one window -> float32 [B, n_samples] on ``device``."""
+        return pad_to_device(audio, device, width=self.config.n_samples)[0]
 
     def __call__(
         self, audio: Sequence[np.ndarray | torch.Tensor] | torch.Tensor, device: torch.device | str = "cpu"
