@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from oasr.features import FEATURE_EXTRACTORS
+from oasr.layers import apply_backend
 from oasr.models import ARCHITECTURES
 from oasr.models.embedded import resolve_embedded
 from oasr.models.loader import LoadedModel
@@ -52,6 +53,7 @@ def random_whisper(
         features=FEATURE_EXTRACTORS.get("whisper_logmel").for_model(config),
         device=device,
         dtype=dtype,
-        kernel_gaps=[],
+        # The backend from_pretrained would pick, so a random model runs what a loaded one runs.
+        kernel_gaps=apply_backend(model, "kernels" if device.type == "cuda" else "torch"),
     )
     return loaded, state

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oasr.layers.cache import AttentionInputs
+from oasr.kernels import paged_attention
+from oasr.layers.attention import sdpa
 
 
 @dataclass(frozen=True)
@@ -55,23 +56,35 @@ class PagedKVPool:
 class PagedContext:
     """One forward's view of the pool: where the new tokens' K/V go, and which positions each query sees.
 
-    write_rows: [B * T] pool rows for the new tokens (row-major over B then T);
-    read_rows: [B, L] pool rows of the positions to attend; mask: bool [B, 1, T, L].
+    block_table: [B, nb]; positions: [B, T] of the new tokens; write_rows: [B * T] pool rows for them (row-major
+    over B then T); read_rows: [B, L] pool rows of the positions to attend; mask: bool [B, 1, T, L].
     """
 
-    def __init__(self, pool: PagedKVPool, write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor):
+    def __init__(self, pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor,
+                 write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor):
         self.pool = pool
+        self.block_table = block_table
+        self.positions = positions
         self.write_rows = write_rows
         self.read_rows = read_rows
         self.mask = mask
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> AttentionInputs:
+    def attend(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, use_kernel: bool = False
+    ) -> torch.Tensor:
+        k_pool, v_pool = self.pool.k[layer], self.pool.v[layer]
+        if use_kernel and q.shape[2] == 1 and paged_attention.supported(q):  # a decode step: one kernel reads the blocks in place
+            out = paged_attention.paged_decode_attention(
+                q[:, :, 0], k[:, :, 0], v[:, :, 0], k_pool, v_pool, self.block_table, self.positions[:, 0],
+                self.pool.block_size,
+            )
+            return out[:, :, None]
         b, h, t, d = k.shape
-        self.pool.k[layer].index_copy_(0, self.write_rows, k.transpose(1, 2).reshape(b * t, h, d))
-        self.pool.v[layer].index_copy_(0, self.write_rows, v.transpose(1, 2).reshape(b * t, h, d))
-        keys = self.pool.k[layer][self.read_rows].transpose(1, 2)
-        values = self.pool.v[layer][self.read_rows].transpose(1, 2)
-        return AttentionInputs(k=keys, v=values, mask=self.mask)
+        k_pool.index_copy_(0, self.write_rows, k.transpose(1, 2).reshape(b * t, h, d))
+        v_pool.index_copy_(0, self.write_rows, v.transpose(1, 2).reshape(b * t, h, d))
+        keys = k_pool[self.read_rows].transpose(1, 2)
+        values = v_pool[self.read_rows].transpose(1, 2)
+        return sdpa(q, keys, values, mask=self.mask)
 
 
 def paged_context(pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor) -> PagedContext:
@@ -83,4 +96,4 @@ def paged_context(pool: PagedKVPool, block_table: torch.Tensor, positions: torch
     write_rows = (block * pool.block_size + positions % pool.block_size).reshape(-1)
     span = torch.arange(read_rows.shape[1], device=positions.device)
     mask = (span[None, None, :] <= positions[:, :, None])[:, None]
-    return PagedContext(pool, write_rows, read_rows, mask)
+    return PagedContext(pool, block_table, positions, write_rows, read_rows, mask)

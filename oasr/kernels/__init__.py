@@ -15,9 +15,12 @@ from oasr.layers.backend import KernelGap
 # conformer_conv: GLU, padding mask, depthwise convolution, batch norm and activation of a Conformer
 # convolution module in one pass (oasr.kernels.conformer_conv).
 # layer_norm: a residual add and the LayerNorm after it (LayerNorm.add_forward; oasr.kernels.layer_norm).
+# paged_attention: a decoder's self-attention for one new token per row over the engine's paged pool, with the
+# new key and value stored in the same pass (CachedSelfAttention; oasr.kernels.paged_attention).
 KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("glu", "conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
+    "paged_attention": (),
 })
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
@@ -26,7 +29,7 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("conv1d", "encoder front convolutions run through cuDNN"),
     KernelGap("embedding", "token + position embedding gather not fused"),
     KernelGap("gelu", "fused into no epilogue yet"),
-    KernelGap("attention", "paged decode attention kernel not written; SDPA (flash/efficient) is used"),
+    KernelGap("attention", "encoder self-attention and cross-attention run on SDPA (flash, cuDNN or efficient)"),
     KernelGap("conv2d", "Conformer subsampling convolutions run through cuDNN"),
     KernelGap("batch_norm", "folded into the depthwise convolution inside conformer_conv only"),
     KernelGap("lstm", "transducer prediction network steps run through cuDNN's LSTM"),

@@ -5,7 +5,7 @@ Keeping models on one narrow set of layers is what lets a kernel (``oasr.kernels
 registered architecture and fails on any bare ``torch.nn`` layer.
 """
 
-from oasr.layers.attention import MultiHeadAttention, sdpa
+from oasr.layers.attention import CachedSelfAttention, MultiHeadAttention, sdpa
 from oasr.layers.backend import BACKENDS, Backend, KernelGap, apply_backend, kernel_gaps
 from oasr.layers.basic import (
     GELU,
@@ -32,6 +32,7 @@ __all__ = [
     "LSTM",
     "Backend",
     "BatchNorm1d",
+    "CachedSelfAttention",
     "Conv1d",
     "Conv2d",
     "Embedding",

@@ -7,13 +7,16 @@ once per request, or a decoder's self-attention cache), so the same module serve
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers.basic import Linear
+
+if TYPE_CHECKING:
+    from oasr.layers.cache import SelfAttentionCache
 
 
 def sdpa(
@@ -62,6 +65,15 @@ class MultiHeadAttention(nn.Module):
             else:
                 torch.addmm(proj.bias, rows, proj.weight.t(), out=flat)
 
+    def project_q(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [B, T, E] -> queries [B, H, T, D]."""
+        return self.split_heads(self.q_proj(x))
+
+    def project_out(self, heads: torch.Tensor) -> torch.Tensor:
+        """Attention output [B, H, T, D] -> [B, T, E] through ``out_proj``."""
+        b, _, t, _ = heads.shape
+        return self.out_proj(heads.transpose(1, 2).reshape(b, t, -1))
+
     def attend(
         self,
         x: torch.Tensor,
@@ -72,15 +84,12 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
     ) -> torch.Tensor:
         """x: [B, Tq, E] queries; k, v: [B, H, Tk, D] -> [B, Tq, E]."""
-        q = self.split_heads(self.q_proj(x))
-        out = sdpa(q, k, v, mask=mask, is_causal=is_causal)
-        b, _, t, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, -1))
+        return self.project_out(sdpa(self.project_q(x), k, v, mask=mask, is_causal=is_causal))
 
     def head_scores(self, x: torch.Tensor, k: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """Pre-softmax attention logits of a few heads, which SDPA never returns (word alignment reads them).
         x: [B, Tq, E] queries; k: [B, H, Tk, D]; heads: long [h] -> float32 [B, h, Tq, Tk]."""
-        q = self.split_heads(self.q_proj(x)).index_select(1, heads)
+        q = self.project_q(x).index_select(1, heads)
         # Both sides scaled by D^-1/4, as openai-whisper does, so fp16 products stay in range.
         scale = self.head_dim**-0.25
         return ((q * scale) @ (k.index_select(1, heads) * scale).transpose(-1, -2)).float()
@@ -89,3 +98,17 @@ class MultiHeadAttention(nn.Module):
         """Self-attention without a cache. x: [B, T, E] -> [B, T, E]."""
         k, v = self.project_kv(x)
         return self.attend(x, k, v, is_causal=is_causal)
+
+
+class CachedSelfAttention(MultiHeadAttention):
+    """A decoder's self-attention over a ``SelfAttentionCache`` (same parameters as ``MultiHeadAttention``). Under
+    the ``kernels`` backend the cache may attend with its own kernel (the engine's pool: one Triton pass over the
+    blocks for a decode step, ``oasr.kernels.paged_attention``)."""
+
+    KERNEL_OP: ClassVar[str] = "paged_attention"
+    use_kernel = False  # set by oasr.layers.apply_backend
+
+    def forward_cached(self, x: torch.Tensor, cache: SelfAttentionCache, layer: int) -> torch.Tensor:
+        """x: [B, T, E] new tokens; ``layer``: which of the cache's layers -> [B, T, E]."""
+        q, (k, v) = self.project_q(x), self.project_kv(x)
+        return self.project_out(cache.attend(layer, q, k, v, use_kernel=self.use_kernel))

@@ -10,7 +10,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from oasr.layers import GELU, Conv1d, Embedding, Float32Head, LayerNorm, Linear, MultiHeadAttention
+from oasr.layers import (
+    GELU,
+    CachedSelfAttention,
+    Conv1d,
+    Embedding,
+    Float32Head,
+    LayerNorm,
+    Linear,
+    MultiHeadAttention,
+)
 from oasr.layers.cache import FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
@@ -61,7 +70,7 @@ class WhisperDecoderLayer(nn.Module):
     def __init__(self, config: WhisperConfig) -> None:
         super().__init__()
         d = config.d_model
-        self.self_attn = MultiHeadAttention(d, config.decoder_attention_heads)
+        self.self_attn = CachedSelfAttention(d, config.decoder_attention_heads)
         self.self_attn_layer_norm = LayerNorm(d)
         self.encoder_attn = MultiHeadAttention(d, config.decoder_attention_heads)
         self.encoder_attn_layer_norm = LayerNorm(d)
@@ -81,8 +90,7 @@ class WhisperDecoderLayer(nn.Module):
     ) -> torch.Tensor:
         """x: [B, T, D]; cross_k/v: [B, H, S, D] of this layer -> [B, T, D]."""
         h = self.self_attn_layer_norm(x)
-        ctx = cache.update(index, *self.self_attn.project_kv(h))
-        x = x + self.self_attn.attend(h, ctx.k, ctx.v, mask=ctx.mask, is_causal=ctx.is_causal)
+        x = x + self.self_attn.forward_cached(h, cache, index)
         h = self.encoder_attn_layer_norm(x)
         if probe is not None:
             probe.observe(index, self.encoder_attn, h, cross_k)

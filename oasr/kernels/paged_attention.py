@@ -1,0 +1,116 @@
+"""Decode-step self-attention over the engine's paged K/V pool, in one pass per layer.
+
+A decode step brings one new token per row. In torch its self-attention is five passes per layer: write the new
+keys, write the new values, gather each row's keys and values from its blocks into dense [B, L, H, D] copies,
+then SDPA over them with a position mask. This kernel stores the new key and value, walks each row's block
+table to read the cached positions where they lie, and attends with an online softmax in float32: one launch,
+and no dense copies. The new position is scored from registers, not read back.
+
+``paged_decode_attention_reference`` is the torch path; it serves where Triton cannot run and in the
+equivalence test.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from oasr.kernels.runtime import triton_runs_on
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch reference serves
+    triton = None
+
+
+def paged_decode_attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+    block_table: torch.Tensor, positions: torch.Tensor, block_size: int,
+) -> torch.Tensor:
+    """q, k, v: [B, H, D] of each row's new token; k_pool, v_pool: [rows, H, D] (one layer of the pool);
+    block_table: [B, nb] block ids; positions: [B] of the new tokens -> [B, H, D].
+
+    Stores k and v at each row's position, then attends over positions 0 .. position of the row (through its
+    blocks). Positions past the table (idle rows) go to its last block, as ``paged_context`` does."""
+    nb = block_table.shape[1]
+    block = block_table.gather(1, (positions // block_size).clamp(max=nb - 1)[:, None])[:, 0]
+    write_rows = block * block_size + positions % block_size
+    k_pool.index_copy_(0, write_rows, k)
+    v_pool.index_copy_(0, write_rows, v)
+    read_rows = (block_table[:, :, None] * block_size + torch.arange(block_size, device=q.device)).flatten(1)
+    mask = (torch.arange(read_rows.shape[1], device=q.device)[None, :] <= positions[:, None])[:, None, None, :]
+    keys = k_pool[read_rows].transpose(1, 2)  # [B, H, L, D]
+    values = v_pool[read_rows].transpose(1, 2)
+    return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask)[:, :, 0]
+
+
+def supported(q: torch.Tensor) -> bool:
+    """Whether the kernel runs for ``q`` (a power-of-two head size; the reference serves otherwise)."""
+    d = q.shape[-1]
+    return triton_runs_on(q) and d >= 16 and d & (d - 1) == 0
+
+
+def paged_decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+    block_table: torch.Tensor, positions: torch.Tensor, block_size: int,
+) -> torch.Tensor:
+    """``paged_decode_attention_reference`` in one kernel where ``supported``."""
+    if not supported(q):
+        return paged_decode_attention_reference(q, k, v, k_pool, v_pool, block_table, positions, block_size)
+    b, h, d = q.shape
+    if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
+        raise ValueError("the pool's layer must be [rows, H, D] with contiguous heads")
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    out = torch.empty_like(q)
+    _paged_decode_attention_kernel[(b, h)](
+        q, k, v, k_pool, v_pool, block_table, positions, out,
+        block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
+        NUM_HEADS=h, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, block_size)), num_warps=2,
+    )
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _paged_decode_attention_kernel(
+        q_ptr, k_ptr, v_ptr, k_pool, v_pool, table_ptr, positions_ptr, out_ptr,
+        table_stride, num_blocks, pool_stride, scale,
+        NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        d = tl.arange(0, HEAD_DIM)
+        at = (row * NUM_HEADS + head) * HEAD_DIM + d
+        q = tl.load(q_ptr + at).to(tl.float32) * scale
+        k_new = tl.load(k_ptr + at)
+        v_new = tl.load(v_ptr + at)
+        position = tl.load(positions_ptr + row)
+        table = table_ptr + row * table_stride
+        # Store the new token where the table puts it (idle rows past their table write its last block).
+        own = tl.load(table + tl.minimum(position // BLOCK_SIZE, num_blocks - 1)).to(tl.int64)
+        dest = (own * BLOCK_SIZE + position % BLOCK_SIZE) * pool_stride + head * HEAD_DIM + d
+        tl.store(k_pool + dest, k_new)
+        tl.store(v_pool + dest, v_new)
+        # The new token first: it is always attended, so the running maximum starts finite.
+        best = tl.sum(q * k_new.to(tl.float32), axis=0)
+        total = tl.full((), 1.0, tl.float32)
+        acc = v_new.to(tl.float32)
+        # Then the cached positions before it, a tile of BLOCK_N at a time, read in place through the table.
+        cached = tl.minimum(position, num_blocks * BLOCK_SIZE)
+        for start in range(0, cached, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            live = n < cached
+            block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
+            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
+            keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, axis=0))
+            weights = tl.exp(scores - new_best)
+            rescale = tl.exp(best - new_best)
+            values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
+            total = total * rescale + tl.sum(weights, axis=0)
+            best = new_best
+        tl.store(out_ptr + at, (acc / total).to(out_ptr.dtype.element_ty))

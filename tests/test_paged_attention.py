@@ -1,0 +1,79 @@
+"""Decode-step attention over the paged pool: the Triton kernel against its torch reference (interpreter on CPU,
+native on CUDA), and the reference against the engine's general torch path."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+from oasr.engine.kv_cache import KVShape, PagedKVPool, paged_context
+from oasr.kernels.paged_attention import paged_decode_attention, paged_decode_attention_reference
+from test_kernels import worst_error_interpreted
+
+_INTERPRETED = textwrap.dedent("""
+    import torch
+    from oasr.kernels.paged_attention import paged_decode_attention, paged_decode_attention_reference, supported
+    torch.manual_seed(0)
+    worst = 0.0
+    # First position, a block's first slot, the table's last slot, mid-block; tiles smaller and larger than blocks.
+    for b, h, d, block_size, nb in [(4, 3, 16, 4, 3), (3, 2, 32, 16, 2), (2, 1, 64, 8, 5)]:
+        k_pool = torch.randn((1 + b * nb) * block_size, h, d)
+        v_pool = torch.randn_like(k_pool)
+        table = (1 + torch.randperm(b * nb)).view(b, nb)
+        positions = torch.tensor([0, block_size, nb * block_size - 1, block_size // 2 + 1][:b])
+        q, k, v = torch.randn(b, h, d), torch.randn(b, h, d), torch.randn(b, h, d)
+        assert supported(q)
+        pools = (k_pool.clone(), v_pool.clone())
+        got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)
+        want = paged_decode_attention_reference(q, k, v, k_pool, v_pool, table, positions, block_size)
+        worst = max(worst, (got - want).abs().max().item(), (pools[0] - k_pool).abs().max().item(),
+                    (pools[1] - v_pool).abs().max().item())
+    print(worst)
+""")
+
+
+def test_paged_decode_attention_kernel_equals_its_reference_in_the_interpreter() -> None:
+    assert worst_error_interpreted(_INTERPRETED) < 1e-5
+
+
+def filled_pool(layers: int, heads: int, dim: int, block_size: int, blocks: int, device: str = "cpu",
+                dtype: torch.dtype = torch.float32) -> PagedKVPool:
+    pool = PagedKVPool(KVShape(layers, heads, dim, cross_len=1), blocks, block_size, dtype, torch.device(device))
+    pool.k.normal_()
+    pool.v.normal_()
+    return pool
+
+
+def test_the_reference_is_what_the_engine_computes_on_torch() -> None:
+    """A decode step through ``PagedContext`` on CPU (the general gather + SDPA path) writes and returns what
+    the reference does, so the kernel's reference is the engine's own arithmetic."""
+    torch.manual_seed(1)
+    pool = filled_pool(2, 3, 8, 4, 9)
+    table = torch.tensor([[3, 5], [7, 1], [2, 8], [0, 0]])  # the last row idle, on the null block
+    positions = torch.tensor([5, 0, 7, 2])
+    q, k, v = (torch.randn(4, 3, 1, 8) for _ in range(3))
+    reference_pools = (pool.k[1].clone(), pool.v[1].clone())
+    got = paged_context(pool, table, positions[:, None]).attend(1, q, k, v)[:, :, 0]
+    want = paged_decode_attention_reference(q[:, :, 0], k[:, :, 0], v[:, :, 0], *reference_pools, table,
+                                            positions, 4)
+    assert torch.allclose(got, want, atol=1e-6)
+    assert torch.equal(pool.k[1], reference_pools[0]) and torch.equal(pool.v[1], reference_pools[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_paged_decode_attention_kernel_equals_its_reference_on_cuda(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    b, h, d, block_size, nb = 64, 20, 64, 16, 28
+    pool = filled_pool(1, h, d, block_size, 1 + b * nb, "cuda", dtype)
+    table = (1 + torch.randperm(b * nb, device="cuda")).view(b, nb)
+    positions = torch.randint(0, nb * block_size, (b,), device="cuda")
+    q, k, v = (torch.randn(b, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    pools = (pool.k[0].clone(), pool.v[0].clone())
+    got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)
+    want = paged_decode_attention_reference(q, k, v, pool.k[0], pool.v[0], table, positions, block_size)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-3
+    assert (got.float() - want.float()).abs().max().item() < tolerance
+    assert torch.equal(pools[0], pool.k[0]) and torch.equal(pools[1], pool.v[0])
