@@ -141,7 +141,8 @@ class ASREngine:
                     ahead.append(item)
             if by_length and len(ahead) > read:  # sorted already unless new items came in
                 ahead.sort(key=lambda item: len(item[1]))
-            while ahead and len(self.scheduler.waiting) < rows:
+            # Two batches' worth waiting: the next one can be staged while the current one runs.
+            while ahead and len(self.scheduler.waiting) < 2 * rows:
                 request_id, audio, options = ahead.pop() if by_length else ahead.pop(0)
                 self.add_request(audio, options, request_id=request_id)
             if not self.has_unfinished():
