@@ -34,7 +34,15 @@ from oasr.engine.config import EngineConfig
 from oasr.engine.kv_cache import KVShape, PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
 from oasr.engine.request import Request
-from oasr.engine.scheduler import BeamResult, DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
+from oasr.engine.scheduler import (
+    BeamResult,
+    DecodeRow,
+    EncodeResult,
+    EncodeRow,
+    RunnerOutput,
+    SchedulerOutput,
+)
+from oasr.engine.staging import stager_for
 from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.prompt import WhisperPrompt, WhisperPrompter
@@ -125,6 +133,8 @@ class AEDRunner:
         beam_strategy = getattr(arch, "beam_decode_strategy", None)
         self.beams = BeamRows(DECODE_STRATEGIES.get(beam_strategy)(self.special.eot) if beam_strategy else None,
                               slots, self.max_positions, max_steps, self.device)
+        # While a step runs on the device, waiting requests' audio is copied into pinned memory (CUDA only).
+        self.stager = stager_for(self.device, 2 * config.scheduler.max_encode_rows)
         self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
         self._encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
@@ -168,6 +178,8 @@ class AEDRunner:
             self.block_table.index_fill_(0, released, 0)
             self.positions.index_fill_(0, released, 0)
             self.beams.release(out.released_slots)
+        if self.stager:  # runs beside this step's device work
+            self.stager.stage(requests)
         decoded, logprobs, encoded, beams = {}, {}, {}, {}
         if out.decode:
             start = time.perf_counter()
@@ -425,7 +437,8 @@ class AEDRunner:
     def _features(self, batch: list[Request]) -> torch.Tensor:
         """[B, n_mels, frames]: the caller's features where a request brings them, the extractor's elsewhere."""
         missing = [i for i, r in enumerate(batch) if r.features is None]
-        computed = self.loaded.features([batch[i].audio for i in missing], device=self.device) if missing else None
+        audio = [self.stager.take(batch[i]) if self.stager else batch[i].audio for i in missing]
+        computed = self.loaded.features(audio, device=self.device) if missing else None
         if len(missing) == len(batch):
             return computed
         rows = [r.features for r in batch]

@@ -14,16 +14,14 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request
-from oasr.engine.staging import AudioStager
 from oasr.engine.scheduler import EncodeResult, RunnerOutput, SchedulerOutput
+from oasr.engine.staging import stager_for
 from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
 # Self-attention over a whole window costs O(frames^2) memory; 60 s is 750 encoder frames after 8x subsampling.
 WINDOW_SECONDS = 60
-# Pinned host memory the stager may hold for waiting requests' audio (2 GiB is over half an hour of audio).
-STAGED_BYTES = 2 << 30
 
 
 class FrameSyncRunner:
@@ -46,8 +44,7 @@ class FrameSyncRunner:
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
         self._encoder = self.model.encode
         # While a step runs on the device, the next steps' audio is copied into pinned memory (CUDA only).
-        self.stager = (AudioStager(2 * config.scheduler.max_encode_rows, STAGED_BYTES)
-                       if self.device.type == "cuda" else None)
+        self.stager = stager_for(self.device, 2 * config.scheduler.max_encode_rows)
         if config.runner.compile_encoder and self.device.type == "cuda":
             # Rows and frames vary from batch to batch: one graph with symbolic shapes, not one per shape.
             self._encoder = torch.compile(self.model.encode, dynamic=True)
@@ -80,8 +77,7 @@ class FrameSyncRunner:
         features, lengths = self.loaded.features(audio, device=self.device)
         encoded = self._encoder(features.to(self.loaded.dtype), lengths)
         if self.stager:  # the device has the step's work queued: stage what comes next meanwhile
-            self.stager.retain(requests)
-            self.stager.prefetch(requests.values())
+            self.stager.stage(requests)
         token_ids = self.strategy.decode(self.model, encoded)
         self.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(

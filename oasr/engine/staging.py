@@ -10,13 +10,16 @@ main thread waits on the device.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from oasr.engine.request import Request, RequestStatus
+
+# Pinned host memory a stager may hold for waiting requests' audio (2 GiB is over half an hour of audio).
+STAGED_BYTES = 2 << 30
 
 
 def _pinned(audio: np.ndarray) -> torch.Tensor:
@@ -54,6 +57,11 @@ class AudioStager:
             self._staged[request.request_id] = (self._worker.submit(_pinned, request.audio), size)
             self._bytes += size
 
+    def stage(self, requests: Mapping[str, Request]) -> None:
+        """A step's hook, given the engine's live requests: forget the departed, start on the waiting."""
+        self.retain(requests)
+        self.prefetch(requests.values())
+
     def take(self, request: Request) -> np.ndarray | torch.Tensor:
         """The request's audio: its pinned copy when one was staged (waiting for it if still in progress)."""
         entry = self._staged.pop(request.request_id, None)
@@ -75,3 +83,8 @@ class AudioStager:
             self._worker.shutdown(wait=False, cancel_futures=True)
         self._staged.clear()
         self._bytes = 0
+
+
+def stager_for(device: torch.device, max_requests: int) -> AudioStager | None:
+    """A stager for a runner on ``device``: only CUDA uploads from pinned memory; elsewhere None."""
+    return AudioStager(max_requests, STAGED_BYTES) if device.type == "cuda" else None

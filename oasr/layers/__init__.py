@@ -23,7 +23,10 @@ from oasr.layers.basic import (
     SiLU,
     activation,
 )
-from oasr.layers.rel_attention import RelPositionMultiHeadAttention, relative_position_embeddings
+from oasr.layers.rel_attention import (
+    RelPositionMultiHeadAttention,
+    relative_position_embeddings,
+)
 
 __all__ = [
     "BACKENDS",
@@ -40,8 +43,8 @@ __all__ = [
     "KernelGap",
     "LayerNorm",
     "Linear",
-    "PointwiseConv1d",
     "MultiHeadAttention",
+    "PointwiseConv1d",
     "ReLU",
     "RelPositionMultiHeadAttention",
     "SiLU",
