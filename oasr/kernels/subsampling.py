@@ -23,6 +23,8 @@ run wherever Triton cannot.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -35,7 +37,18 @@ except ImportError:  # the torch references serve
     triton = None
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-BLOCK_POSITIONS, BLOCK_CHANNELS = 32, 128  # one program: 32 (frame, frequency) outputs x 128 channels
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One program's share of the output: ``positions`` (frame, frequency) pairs x ``channels`` channels."""
+
+    positions: int = 32
+    channels: int = 128
+    num_warps: int = 4
+
+
+DEFAULT_TILE = Tile()
 
 
 def channels_last_taps(conv_weight: torch.Tensor) -> torch.Tensor:
@@ -101,7 +114,7 @@ def _check_taps(taps: torch.Tensor, bias: torch.Tensor, channels: int | None = N
 
 def first_conv_depthwise(
     features: torch.Tensor, lengths: torch.Tensor, conv_taps: torch.Tensor, conv_bias: torch.Tensor,
-    depthwise_taps: torch.Tensor, depthwise_bias: torch.Tensor, stride: int,
+    depthwise_taps: torch.Tensor, depthwise_bias: torch.Tensor, stride: int, tile: Tile = DEFAULT_TILE,
 ) -> torch.Tensor:
     """``first_conv_depthwise_reference`` in one kernel where ``supported``; the reference elsewhere."""
     if not supported(features):
@@ -120,18 +133,20 @@ def first_conv_depthwise(
     out = torch.empty(b, max(t2, 0), max(f2, 0), channels, dtype=features.dtype, device=features.device)
     if out.numel() == 0:
         return out
-    grid = (b, triton.cdiv(t2 * f2, BLOCK_POSITIONS), triton.cdiv(channels, BLOCK_CHANNELS))
+    grid = (b, triton.cdiv(t2 * f2, tile.positions), triton.cdiv(channels, tile.channels))
     _first_conv_depthwise_kernel[grid](
         features.contiguous(), lengths, lengths1, strided_length(lengths1, kernel, stride),
         conv_taps, conv_bias, depthwise_taps, depthwise_bias, out,
         t0, t1, t2, f0, f1, f2, channels,
-        KERNEL=kernel, STRIDE=stride, BLOCK_P=BLOCK_POSITIONS, BLOCK_C=BLOCK_CHANNELS,
+        KERNEL=kernel, STRIDE=stride, BLOCK_P=tile.positions, BLOCK_C=tile.channels,
+        num_warps=tile.num_warps,
     )
     return out
 
 
 def relu_depthwise(
-    x: torch.Tensor, lengths: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, stride: int
+    x: torch.Tensor, lengths: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, stride: int,
+    tile: Tile = DEFAULT_TILE,
 ) -> torch.Tensor:
     """``relu_depthwise_reference`` in one kernel where ``supported``; the reference elsewhere."""
     if not supported(x):
@@ -144,11 +159,12 @@ def relu_depthwise(
     out = torch.empty(b, max(t_out, 0), max(f_out, 0), channels, dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
-    grid = (b, triton.cdiv(t_out * f_out, BLOCK_POSITIONS), triton.cdiv(channels, BLOCK_CHANNELS))
+    grid = (b, triton.cdiv(t_out * f_out, tile.positions), triton.cdiv(channels, tile.channels))
     _relu_depthwise_kernel[grid](
         x.contiguous(), lengths, strided_length(lengths, kernel, stride), taps, bias, out,
         t, t_out, f, f_out, channels,
-        KERNEL=kernel, STRIDE=stride, BLOCK_P=BLOCK_POSITIONS, BLOCK_C=BLOCK_CHANNELS,
+        KERNEL=kernel, STRIDE=stride, BLOCK_P=tile.positions, BLOCK_C=tile.channels,
+        num_warps=tile.num_warps,
     )
     return out
 
