@@ -18,8 +18,8 @@ from oasr.kernels.subsampling import Tile
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
 from oasr.models.fastconformer.encoder import ConvSubsampling, frame_mask
 
-SWEEP = [Tile(16, 128, 4), Tile(32, 64, 4), Tile(32, 128, 4), Tile(32, 256, 8), Tile(64, 64, 4), Tile(64, 128, 8),
-         Tile(128, 64, 8)]
+SWEEP = [Tile(16, 128), Tile(32, 64), Tile(32, 128), Tile(64, 64), Tile(64, 128), Tile(64, 128, 8), Tile(128, 64, 8),
+         Tile(64, 256, 8), Tile(128, 128, 8)]
 
 
 def bench(fn) -> float:
@@ -93,6 +93,7 @@ def stages(module: ConvSubsampling, x: torch.Tensor, lengths: torch.Tensor, swee
         a = bench(lambda tile=tile: subsampling.first_conv_depthwise(x, lengths, w1, b1, w2, b2, stride, tile))
         c = bench(lambda tile=tile: subsampling.relu_depthwise(pointwise, lengths2, w3, b3, stride, tile))
         print(f"  {tile}: first conv + depthwise {a:.2f} ms, relu + depthwise {c:.2f} ms")
+    print(f"  (defaults: first conv + depthwise {subsampling.FIRST_TILE}, relu + depthwise {subsampling.DEPTHWISE_TILE})")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ activation of the whole encoder, [B, C, T/S, F/S], then adds its bias, applies R
 further passes, and the depthwise convolutions convert layouts on the way in and out. Here:
 
 - ``first_conv_depthwise``: the first convolution + bias + ReLU, recomputed per tap of the first depthwise
-  convolution that reads it (it never goes to memory), then that depthwise convolution + bias. Features
+  convolution that reads it (it never goes to memory; each recomputation is a small matrix multiply on tensor
+  cores, the input's K*K taps against the [K*K, C] weights), then that depthwise convolution + bias. Features
   [B, T, F] -> [B, T'', F'', C] with channels the contiguous axis, ready for the pointwise convolution, which is
   a matrix multiply in this layout.
 - ``relu_depthwise``: ReLU of a pointwise convolution's output, then the next depthwise convolution + bias,
@@ -14,8 +15,9 @@ further passes, and the depthwise convolutions convert layouts on the way in and
 Padding: frames past a row's length are zero wherever a convolution reads them (input features, the first
 convolution's output, each pointwise output), exactly as the torch stack arranges; the frequency axis has plain
 zero padding. Both kernels write zeros at output frames past the row's new length, so the result is defined
-everywhere and the same whatever the batch is padded to. Arithmetic is float32; weights come as float32 taps
-[K, K, C] (``channels_last_taps``).
+everywhere and the same whatever the batch is padded to. Weights come as float32 taps [K, K, C]
+(``channels_last_taps``). Sums are float32; the first convolution multiplies in the features' dtype (its weights
+rounded to it, a no-op for a model's own), the rest in float32.
 
 The ``*_reference`` functions are the same arithmetic in torch: the equivalence tests compare the two, and they
 run wherever Triton cannot.
@@ -41,14 +43,16 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @dataclass(frozen=True)
 class Tile:
-    """One program's share of the output: ``positions`` (frame, frequency) pairs x ``channels`` channels."""
+    """One program's share of the output: ``positions`` (frame, frequency) pairs x ``channels`` channels, both
+    powers of two (at least 16 for ``first_conv_depthwise``, whose matrix multiplies need it)."""
 
-    positions: int = 32
-    channels: int = 128
+    positions: int
+    channels: int
     num_warps: int = 4
 
 
-DEFAULT_TILE = Tile()
+# Register-light choices that compile without spills on sm_90; scripts/bench_subsampling.py --sweep times others.
+FIRST_TILE, DEPTHWISE_TILE = Tile(64, 64), Tile(32, 64)
 
 
 def channels_last_taps(conv_weight: torch.Tensor) -> torch.Tensor:
@@ -81,6 +85,9 @@ def first_conv_depthwise_reference(
     -> [B, T'', F'', C] in features' dtype: depthwise(relu(conv(features)) zeroed past its length) + bias, zero
     past the output length."""
     kernel = conv_taps.shape[0]
+    # The kernel multiplies the first convolution's weights in the features' dtype (a model's own weights are
+    # stored in it, so this rounds nothing for them).
+    conv_taps, conv_bias = conv_taps.to(features.dtype).float(), conv_bias.to(features.dtype).float()
     x = _zero_frames_from(features.float()[:, None], lengths)
     x = F.conv2d(x, conv_taps.permute(2, 0, 1)[:, None], conv_bias, stride=stride, padding=(kernel - 1) // 2)
     lengths = strided_length(lengths, kernel, stride)
@@ -112,9 +119,27 @@ def _check_taps(taps: torch.Tensor, bias: torch.Tensor, channels: int | None = N
         raise ValueError(f"taps {tuple(taps.shape)} and bias {tuple(bias.shape)} do not match {channels} channels")
 
 
+def padded_input(features: torch.Tensor, lengths: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:
+    """features [B, T, F] -> [B, T_pad, F_pad], zero past each row's length and around the edges, placed
+    so that output position (t'', f'') of the two stacked convolutions reads exactly the padded window starting
+    at (t'' * stride**2, f'' * stride**2): the kernel needs no bounds checks on its input."""
+    pad = (kernel - 1) // 2
+    halo = (stride + 1) * pad  # how far before frame 0 the two stacked convolutions read
+    b, t0, f0 = features.shape
+    t2 = strided_length(strided_length(t0, kernel, stride), kernel, stride)
+    f2 = strided_length(strided_length(f0, kernel, stride), kernel, stride)
+    window = (kernel - 1) * (stride + 1) + 1  # input frames one output reads
+    t_pad, f_pad = (t2 - 1) * stride * stride + window, (f2 - 1) * stride * stride + window
+    x = features.new_zeros(b, t_pad, f_pad)
+    t_copy, f_copy = min(t0, t_pad - halo), min(f0, f_pad - halo)  # frames no output reads are left out
+    real = torch.arange(t_copy, device=features.device)[None, :] < lengths[:, None]
+    x[:, halo:halo + t_copy, halo:halo + f_copy] = features[:, :t_copy, :f_copy] * real[..., None]
+    return x
+
+
 def first_conv_depthwise(
     features: torch.Tensor, lengths: torch.Tensor, conv_taps: torch.Tensor, conv_bias: torch.Tensor,
-    depthwise_taps: torch.Tensor, depthwise_bias: torch.Tensor, stride: int, tile: Tile = DEFAULT_TILE,
+    depthwise_taps: torch.Tensor, depthwise_bias: torch.Tensor, stride: int, tile: Tile = FIRST_TILE,
 ) -> torch.Tensor:
     """``first_conv_depthwise_reference`` in one kernel where ``supported``; the reference elsewhere."""
     if not supported(features):
@@ -128,17 +153,21 @@ def first_conv_depthwise(
     b, t0, f0 = features.shape
     t1, f1 = strided_length(t0, kernel, stride), strided_length(f0, kernel, stride)
     t2, f2 = strided_length(t1, kernel, stride), strided_length(f1, kernel, stride)
-    lengths = lengths.to(device=features.device, dtype=torch.int64)
-    lengths1 = strided_length(lengths, kernel, stride)
     out = torch.empty(b, max(t2, 0), max(f2, 0), channels, dtype=features.dtype, device=features.device)
     if out.numel() == 0:
         return out
+    lengths = lengths.to(device=features.device, dtype=torch.int64)
+    lengths1 = strided_length(lengths, kernel, stride)
+    x = padded_input(features, lengths, kernel, stride)
+    # The first convolution's weights as a [K*K + 1, C] matrix in the features' dtype, the bias its last row:
+    # exact for a model's own weights, which are stored in that dtype. Float32 multiplies as float32 (no TF32).
+    w1 = torch.cat([conv_taps.reshape(kernel * kernel, channels), conv_bias[None]]).to(features.dtype)
     grid = (b, triton.cdiv(t2 * f2, tile.positions), triton.cdiv(channels, tile.channels))
     _first_conv_depthwise_kernel[grid](
-        features.contiguous(), lengths, lengths1, strided_length(lengths1, kernel, stride),
-        conv_taps, conv_bias, depthwise_taps, depthwise_bias, out,
-        t0, t1, t2, f0, f1, f2, channels,
-        KERNEL=kernel, STRIDE=stride, BLOCK_P=tile.positions, BLOCK_C=tile.channels,
+        x, lengths1, strided_length(lengths1, kernel, stride), w1, depthwise_taps, depthwise_bias, out,
+        x.shape[1], t1, t2, x.shape[2], f1, f2, channels,
+        KERNEL=kernel, STRIDE=stride, TAPS=max(16, triton.next_power_of_2(kernel * kernel + 1)),
+        IEEE=features.dtype == torch.float32, BLOCK_P=tile.positions, BLOCK_C=tile.channels,
         num_warps=tile.num_warps,
     )
     return out
@@ -146,7 +175,7 @@ def first_conv_depthwise(
 
 def relu_depthwise(
     x: torch.Tensor, lengths: torch.Tensor, taps: torch.Tensor, bias: torch.Tensor, stride: int,
-    tile: Tile = DEFAULT_TILE,
+    tile: Tile = DEPTHWISE_TILE,
 ) -> torch.Tensor:
     """``relu_depthwise_reference`` in one kernel where ``supported``; the reference elsewhere."""
     if not supported(x):
@@ -172,48 +201,52 @@ def relu_depthwise(
 if triton is not None:
 
     # Frame counts change with every batch; not specialising on them keeps one compiled variant per model.
-    @triton.jit(do_not_specialize=["t0", "t1", "t2"])
+    @triton.jit(do_not_specialize=["t_pad", "t1", "t2"])
     def _first_conv_depthwise_kernel(
-        x_ptr, len0_ptr, len1_ptr, len2_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, out_ptr,
-        t0, t1, t2, f0, f1, f2, channels,
-        KERNEL: tl.constexpr, STRIDE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+        x_ptr, len1_ptr, len2_ptr, w1_ptr, w2_ptr, b2_ptr, out_ptr,
+        t_pad, t1, t2, f_pad, f1, f2, channels,
+        KERNEL: tl.constexpr, STRIDE: tl.constexpr, TAPS: tl.constexpr, IEEE: tl.constexpr,
+        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
     ):
         # One (row, BLOCK_P output positions in (frame, frequency) order, BLOCK_C channels) tile per program.
-        # Each depthwise tap recomputes the first convolution's output it reads from the single-channel input
-        # (loaded once per position and shared by all channels); that output never leaves registers.
+        # For each depthwise tap, the first convolution's outputs it reads are one small matrix multiply: the
+        # K*K input taps of each position (a column of ones carries the bias) times the [taps, channels]
+        # weights. Rows of positions whose first-convolution output lies past the row's length or the frequency
+        # edge are all zero, so after ReLU those outputs are zero, as the depthwise convolution must see them.
+        # The input is padded (padded_input): its loads need no bounds checks. Nothing but the output is written.
         PAD: tl.constexpr = (KERNEL - 1) // 2
+        NUM_TAPS: tl.constexpr = KERNEL * KERNEL
         row = tl.program_id(0).to(tl.int64)
         pos = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
         c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = c < channels
-        frame, freq = pos // f2, pos % f2
-        real0 = tl.minimum(tl.load(len0_ptr + row), t0)  # input frames read as features; zero beyond
+        inside = tl.minimum(pos, t2 * f2 - 1)  # the last tile's spare lanes read inside the input, store nothing
+        frame, freq = inside // f2, inside % f2
         real1 = tl.minimum(tl.load(len1_ptr + row), t1)  # first-convolution frames read as computed; zero beyond
         real2 = tl.load(len2_ptr + row)
         acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
         # A tile wholly past the row's output frames is only written (with zeros).
         if (tl.program_id(1) * BLOCK_P) // f2 < real2:
-            x_row = x_ptr + row * t0 * f0
-            b1 = tl.load(b1_ptr + c, mask=c_ok, other=0.0)
-            for i in tl.static_range(KERNEL):
+            tap = tl.arange(0, TAPS)
+            is_tap, is_bias = tap < NUM_TAPS, tap == NUM_TAPS
+            w1 = tl.load(w1_ptr + tap[:, None] * channels + c[None, :],
+                         mask=(tap <= NUM_TAPS)[:, None] & c_ok[None, :], other=0.0)
+            window = x_ptr + row * t_pad * f_pad + (frame * f_pad + freq) * (STRIDE * STRIDE)
+            for i in range(KERNEL):
                 h_frame = frame * STRIDE - PAD + i
                 h_frame_ok = (h_frame >= 0) & (h_frame < real1)
-                for j in tl.static_range(KERNEL):
+                for j in range(KERNEL):
                     h_freq = freq * STRIDE - PAD + j
-                    h_ok = h_frame_ok & (h_freq >= 0) & (h_freq < f1)
-                    h = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32) + b1[None, :]
-                    for u in tl.static_range(KERNEL):
-                        x_frame = h_frame * STRIDE - PAD + u
-                        x_frame_ok = (x_frame >= 0) & (x_frame < real0)
-                        for v in tl.static_range(KERNEL):
-                            x_freq = h_freq * STRIDE - PAD + v
-                            ok = x_frame_ok & (x_freq >= 0) & (x_freq < f0)
-                            value = tl.load(x_row + x_frame * f0 + x_freq, mask=ok, other=0.0).to(tl.float32)
-                            w1 = tl.load(w1_ptr + (u * KERNEL + v) * channels + c, mask=c_ok, other=0.0)
-                            h += value[:, None] * w1[None, :]
-                    h = tl.where(h_ok[:, None], tl.maximum(h, 0.0), 0.0)
+                    h_ok = (h_frame_ok & (h_freq >= 0) & (h_freq < f1))[:, None]
+                    at = window[:, None] + ((i * STRIDE + tap // KERNEL) * f_pad + j * STRIDE + tap % KERNEL)[None, :]
+                    taps = tl.load(at, mask=h_ok & is_tap[None, :], other=0.0)
+                    taps = tl.where(h_ok & is_bias[None, :], 1.0, taps).to(w1.dtype)
+                    if IEEE:
+                        h = tl.dot(taps, w1, input_precision="ieee")
+                    else:
+                        h = tl.dot(taps, w1)
                     w2 = tl.load(w2_ptr + (i * KERNEL + j) * channels + c, mask=c_ok, other=0.0)
-                    acc += h * w2[None, :]
+                    acc += tl.maximum(h, 0.0) * w2[None, :]
             acc += tl.load(b2_ptr + c, mask=c_ok, other=0.0)[None, :]
             acc = tl.where((frame < real2)[:, None], acc, 0.0)
         dest = out_ptr + (row * t2 * f2 + pos)[:, None] * channels + c[None, :]
