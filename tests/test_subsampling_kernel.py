@@ -152,8 +152,8 @@ def test_subsampling_kernel_path_equals_the_torch_path_on_cuda(dtype: torch.dtyp
     assert kernel_path[0].dtype == dtype
     if dtype == torch.float32:
         assert real_frame_error(kernel_path, exact) < 1e-4
-    else:  # no further from float32 than torch's own half-precision path (which rounds every intermediate)
-        assert real_frame_error(kernel_path, exact) <= max(1.5 * real_frame_error(torch_path, exact), 1e-3)
+    else:  # about as far from float32 as torch's own half-precision path (which rounds more intermediates)
+        assert real_frame_error(kernel_path, exact) <= 2 * real_frame_error(torch_path, exact)
 
 
 @pytest.mark.gpu
@@ -181,7 +181,8 @@ def test_subsampling_kernels_equal_their_references_on_cuda(dtype: torch.dtype) 
         ]
     for got, want in pairs:
         assert got.dtype == dtype
-        # both accumulate in float32; half precision may then round either way
-        unit = 1e-6 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps
+        # both accumulate in float32 (cuDNN's algorithms in their own order); half precision may then round
+        # either way
+        unit = 1e-5 if dtype == torch.float32 else 2 * torch.finfo(dtype).eps
         tolerance = unit * max(want.float().abs().max().item(), 1.0)
         assert (got.float() - want.float()).abs().max().item() < tolerance
