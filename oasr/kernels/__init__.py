@@ -17,10 +17,13 @@ from oasr.layers.backend import KernelGap
 # layer_norm: a residual add and the LayerNorm after it (LayerNorm.add_forward; oasr.kernels.layer_norm).
 # paged_attention: a decoder's self-attention for one new token per row over the engine's paged pool, with the
 # new key and value stored in the same pass (CachedSelfAttention; oasr.kernels.paged_attention).
+# conv_subsampling: FastConformer's strided 2-D convolutions and their ReLUs, channels last, the first conv fused
+# into the first depthwise conv (oasr.kernels.subsampling); its pointwise convs are matrix multiplies.
 KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("glu", "conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
     "paged_attention": (),
+    "conv_subsampling": ("conv2d", "relu"),
 })
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
@@ -30,10 +33,10 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("embedding", "token + position embedding gather not fused"),
     KernelGap("gelu", "fused into no epilogue yet"),
     KernelGap("attention", "encoder self-attention and cross-attention run on SDPA (flash, cuDNN or efficient)"),
-    KernelGap("conv2d", "Conformer subsampling convolutions run through cuDNN"),
+    KernelGap("conv2d", "covered inside conv_subsampling only; any other 2-D convolution runs through cuDNN"),
     KernelGap("batch_norm", "folded into the depthwise convolution inside conformer_conv only"),
     KernelGap("lstm", "transducer prediction network steps run through cuDNN's LSTM"),
-    KernelGap("relu", "fused into no epilogue yet"),
+    KernelGap("relu", "fused inside conformer_conv and conv_subsampling only"),
     KernelGap("silu", "fused into no epilogue yet"),
     KernelGap("glu", "fused inside conformer_conv only"),
     KernelGap(

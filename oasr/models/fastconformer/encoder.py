@@ -15,9 +15,10 @@ import math
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from oasr.kernels import conformer_conv
+from oasr.kernels import conformer_conv, subsampling
 from oasr.kernels.conformer_conv import fold_batch_norm
 from oasr.layers import (
     GLU,
@@ -54,7 +55,15 @@ class ConvSubsampling(nn.Module):
 
     ``layers`` keeps Hugging Face's order: conv, ReLU, then per further factor of the stride a depthwise conv,
     a pointwise conv and a ReLU.
+
+    Under the ``kernels`` backend the stack runs channels last (``oasr.kernels.subsampling``): the first conv, its
+    ReLU and the first depthwise conv are one Triton pass, each later ReLU + depthwise conv another, the pointwise
+    convs are matrix multiplies, and ``linear`` reads its input frequency-major through a copy of its weight with
+    the columns permuted to match.
     """
+
+    KERNEL_OP: ClassVar[str] = "conv_subsampling"
+    use_kernel = False  # set by oasr.layers.apply_backend
 
     def __init__(self, config: FastConformerEncoderConfig) -> None:
         super().__init__()
@@ -92,6 +101,11 @@ class ConvSubsampling(nn.Module):
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, T, n_mels] (zero past each row's length); lengths: [B] -> (frames [B, T', hidden],
         lengths [B])."""
+        # The kernels' first pass needs a depthwise conv after the first conv (a factor of at least stride**2).
+        # Inside torch.compile the torch path runs: the compiler fuses it itself.
+        if (self.use_kernel and len(self.layers) > 2 and subsampling.supported(features)
+                and not torch.compiler.is_compiling()):
+            return self.channels_last_forward(features, lengths)
         x = features.unsqueeze(1)
         for layer in self.layers:
             x = layer(x)
@@ -102,6 +116,46 @@ class ConvSubsampling(nn.Module):
                 self.zero_frames_read_past_end(x, lengths)
         b, channels, num_frames, num_freqs = x.shape
         return self.linear(x.transpose(1, 2).reshape(b, num_frames, channels * num_freqs)), lengths
+
+    def kernel_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(float32 taps [K, K, C], float32 bias [C]) of each strided conv, first conv first; made once and again
+        only when a weight moves or is written (not in the state dict)."""
+        strided = [self.layers[0], *self.layers[2::3]]  # the first conv, then each depthwise conv
+        sources = tuple(t for layer in strided for t in (layer.weight, layer.bias))
+        return derived(self, "_kernel_weights", sources, lambda: [
+            (subsampling.channels_last_taps(layer.weight), layer.bias.detach().float()) for layer in strided
+        ])
+
+    def frequency_major_linear_weight(self) -> torch.Tensor:
+        """``linear.weight`` with its input columns reordered from channel-major (c * F + f, the NCHW flattening)
+        to frequency-major (f * C + c, the channels-last one)."""
+        weight = self.linear.weight
+        channels = self.layers[0].out_channels
+
+        def build() -> torch.Tensor:
+            w = weight.detach()
+            return w.view(w.shape[0], channels, -1).transpose(1, 2).reshape(w.shape[0], -1).contiguous()
+
+        return derived(self, "_frequency_major_linear_weight", (weight,), build)
+
+    def channels_last_forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward`` through the subsampling kernels, [B, T, F, C] throughout: the same real frames (padded
+        ones differ, unspecified on both paths)."""
+        strided = self.kernel_weights()
+        pointwise = self.layers[3::3]
+        x = subsampling.first_conv_depthwise(features, lengths, *strided[0], *strided[1], self.stride)
+        lengths = self.strided_length(self.strided_length(lengths))
+        for index, layer in enumerate(pointwise):
+            x = F.linear(x, layer.weight[:, :, 0, 0], layer.bias)
+            if index + 2 < len(strided):
+                x = subsampling.relu_depthwise(x, lengths, *strided[index + 2], self.stride)
+                lengths = self.strided_length(lengths)
+            else:
+                x = x.relu_()
+        b, num_frames, num_freqs, channels = x.shape
+        x = F.linear(x.reshape(b, num_frames, num_freqs * channels), self.frequency_major_linear_weight(),
+                     self.linear.bias)
+        return x, lengths
 
 
 class FeedForward(nn.Module):
