@@ -23,6 +23,8 @@ _INTERPRETED = textwrap.dedent("""
         v_pool = torch.randn_like(k_pool)
         table = (1 + torch.randperm(b * nb)).view(b, nb)
         positions = torch.tensor([0, block_size, nb * block_size - 1, block_size // 2 + 1][:b])
+        if b == 2:  # a prompt's one position for every row, as an expanded view (stride 0)
+            positions = torch.tensor([3]).expand(b)
         q, k, v = torch.randn(b, h, d), torch.randn(b, h, d), torch.randn(b, h, d)
         assert supported(q)
         pools = (k_pool.clone(), v_pool.clone())
@@ -71,9 +73,11 @@ def test_paged_decode_attention_kernel_equals_its_reference_on_cuda(dtype: torch
     table = (1 + torch.randperm(b * nb, device="cuda")).view(b, nb)
     positions = torch.randint(0, nb * block_size, (b,), device="cuda")
     q, k, v = (torch.randn(b, h, d, device="cuda", dtype=dtype) for _ in range(3))
-    pools = (pool.k[0].clone(), pool.v[0].clone())
-    got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)
-    want = paged_decode_attention_reference(q, k, v, pool.k[0], pool.v[0], table, positions, block_size)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-3
-    assert (got.float() - want.float()).abs().max().item() < tolerance
-    assert torch.equal(pools[0], pool.k[0]) and torch.equal(pools[1], pool.v[0])
+    # Decode-step positions, then a prompt's one position shared by every row (an expanded view).
+    for positions in (positions, torch.full((1,), 5, device="cuda").expand(b)):
+        pools = (pool.k[0].clone(), pool.v[0].clone())
+        got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)
+        want = paged_decode_attention_reference(q, k, v, pool.k[0], pool.v[0], table, positions, block_size)
+        assert (got.float() - want.float()).abs().max().item() < tolerance
+        assert torch.equal(pools[0], pool.k[0]) and torch.equal(pools[1], pool.v[0])

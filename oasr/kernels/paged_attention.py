@@ -61,7 +61,11 @@ def paged_decode_attention(
     b, h, d = q.shape
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, H, D] with contiguous heads")
-    q, k, v = (t.contiguous() for t in (q, k, v))
+    # The kernel indexes rows, positions and table entries densely: strided views (a prompt's expanded positions,
+    # a table slice of the pool's) become dense first.
+    q, k, v, positions = (t.contiguous() for t in (q, k, v, positions))
+    if block_table.stride(1) != 1:
+        block_table = block_table.contiguous()
     out = torch.empty_like(q)
     _paged_decode_attention_kernel[(b, h)](
         q, k, v, k_pool, v_pool, block_table, positions, out,
