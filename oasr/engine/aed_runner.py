@@ -258,7 +258,10 @@ class AEDRunner:
         ``beams``: (the tick's searches, this step's index in the tick): beam rows then take the searches'
         choices instead of their argmax, and the state of the rows their new beams extend."""
         positions = self.positions[:batch]
-        context = paged_context(self.pool, self.block_table[:batch, :num_blocks], positions[:, None])
+        # The paged kernel serves greedy steps only. Beam ticks (and prompts) attend through the torch path: with
+        # the kernel, one beam search on CUDA gave different tokens from run to run, for a reason not yet found.
+        context = paged_context(self.pool, self.block_table[:batch, :num_blocks], positions[:, None],
+                                decode_kernel=beams is None)
         logits = self.model.decode(
             self.tokens[:batch, None], positions[:, None], context,
             self.model.split_cross(self.cross_k[:, :batch]), self.model.split_cross(self.cross_v[:, :batch]),

@@ -58,11 +58,13 @@ class PagedContext:
 
     block_table: [B, nb]; positions: [B, T] of the new tokens; write_rows: [B * T] pool rows for them (row-major
     over B then T); read_rows: [B, L] pool rows of the positions to attend; mask: bool [B, 1, T, L].
+    ``decode_kernel``: a one-token step may attend with the paged kernel (when the layer asks for kernels).
     """
 
     def __init__(self, pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor,
-                 write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor):
+                 write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor, decode_kernel: bool = False):
         self.pool = pool
+        self.decode_kernel = decode_kernel
         self.block_table = block_table
         self.positions = positions
         self.write_rows = write_rows
@@ -73,7 +75,8 @@ class PagedContext:
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, use_kernel: bool = False
     ) -> torch.Tensor:
         k_pool, v_pool = self.pool.k[layer], self.pool.v[layer]
-        if use_kernel and q.shape[2] == 1 and paged_attention.supported(q):  # a decode step: one kernel reads the blocks in place
+        # A decode step: one kernel stores the new token and reads the blocks in place.
+        if use_kernel and self.decode_kernel and q.shape[2] == 1 and paged_attention.supported(q):
             out = paged_attention.paged_decode_attention(
                 q[:, :, 0], k[:, :, 0], v[:, :, 0], k_pool, v_pool, self.block_table, self.positions[:, 0],
                 self.pool.block_size,
@@ -87,7 +90,9 @@ class PagedContext:
         return sdpa(q, keys, values, mask=self.mask)
 
 
-def paged_context(pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor) -> PagedContext:
+def paged_context(
+    pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor, *, decode_kernel: bool = False
+) -> PagedContext:
     """block_table: [B, nb]; positions: [B, T] of the new tokens (consecutive per row).
     Each query attends to every cached position up to and including its own."""
     read_rows = pool.rows(block_table)
@@ -96,4 +101,4 @@ def paged_context(pool: PagedKVPool, block_table: torch.Tensor, positions: torch
     write_rows = (block * pool.block_size + positions % pool.block_size).reshape(-1)
     span = torch.arange(read_rows.shape[1], device=positions.device)
     mask = (span[None, None, :] <= positions[:, :, None])[:, None]
-    return PagedContext(pool, block_table, positions, write_rows, read_rows, mask)
+    return PagedContext(pool, block_table, positions, write_rows, read_rows, mask, decode_kernel)
