@@ -52,3 +52,17 @@ def test_the_request_cap_and_aborted_requests() -> None:
     assert list(stager._staged) == ["b", "c"]
     stager.close()
     assert not stager._staged and stager._bytes == 0
+
+
+def test_a_failed_copy_falls_back_to_the_requests_own_audio(monkeypatch) -> None:
+    def no_pinned_memory(audio):
+        raise RuntimeError("out of pinned memory")
+
+    monkeypatch.setattr(staging, "_pinned", no_pinned_memory)
+    stager = AudioStager(max_requests=2, max_bytes=1 << 20)
+    queue = [request("a", 8)]
+    stager.prefetch(queue)
+    queue[0].status = RequestStatus.RUNNING
+    assert stager.take(queue[0]) is queue[0].audio
+    assert stager._bytes == 0
+    stager.close()

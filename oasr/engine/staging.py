@@ -10,6 +10,7 @@ main thread waits on the device.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Container, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -17,6 +18,8 @@ import numpy as np
 import torch
 
 from oasr.engine.request import Request, RequestStatus
+
+log = logging.getLogger(__name__)
 
 # Pinned host memory a stager may hold for waiting requests' audio (2 GiB is over half an hour of audio).
 STAGED_BYTES = 2 << 30
@@ -69,7 +72,11 @@ class AudioStager:
             return request.audio
         future, size = entry
         self._bytes -= size
-        return future.result()
+        try:
+            return future.result()
+        except Exception as error:  # no pinned memory to be had, say: the ordinary upload still works
+            log.warning("staging the audio of %s failed (%s); uploading it unstaged", request.request_id, error)
+            return request.audio
 
     def retain(self, live: Container[str]) -> None:
         """Drops the copies of requests no longer in ``live`` (aborted before their encode step)."""
