@@ -96,7 +96,7 @@ class ConvSubsampling(nn.Module):
             x[rows, :, frame] = torch.where(inside, 0.0, x[rows, :, frame])
 
     def strided_length(self, length):  # int or tensor: the arithmetic is the same
-        return (length + 2 * self.padding - self.kernel_size) // self.stride + 1
+        return subsampling.strided_length(length, self.kernel_size, self.stride)
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, T, n_mels] (zero past each row's length); lengths: [B] -> (frames [B, T', hidden],
