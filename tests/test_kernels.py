@@ -19,7 +19,11 @@ from oasr.kernels.conformer_conv import (
 from oasr.layers import apply_backend
 from oasr.models import ARCHITECTURES
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
-from oasr.models.fastconformer.encoder import ConvolutionModule, frame_mask
+from oasr.models.fastconformer.encoder import (
+    ConvolutionModule,
+    ConvSubsampling,
+    frame_mask,
+)
 
 pytest.importorskip("triton")
 
@@ -95,14 +99,22 @@ def test_glu_depthwise_conv_kernel_equals_its_reference_in_the_interpreter() -> 
     assert worst_error_interpreted(_INTERPRETED) < 1e-5
 
 
-def test_kernels_backend_switches_the_conformer_convolution_and_counts_its_parts_as_covered() -> None:
+@pytest.mark.parametrize(("module_type", "covered", "still_gaps"), [
+    # The feed-forward's activation is still torch's.
+    (ConvolutionModule, {"batch_norm", "glu"}, {"rel_pos_attention", "silu"}),
+    # The pointwise convs and the output projection stay cuBLAS matrix multiplies.
+    (ConvSubsampling, {"conv2d", "relu"}, {"linear"}),
+])
+def test_kernels_backend_switches_a_module_and_counts_what_its_kernel_absorbs_as_covered(
+    module_type: type, covered: set[str], still_gaps: set[str]
+) -> None:
     arch = ARCHITECTURES.get("parakeet_ctc")
     model = arch.from_config(arch.tiny_config())
-    modules = [m for m in model.modules() if isinstance(m, ConvolutionModule)]
+    modules = [m for m in model.modules() if isinstance(m, module_type)]
     gaps = {g.op for g in apply_backend(model, "kernels")}
     assert modules and all(m.use_kernel for m in modules)
-    assert "batch_norm" not in gaps and "glu" not in gaps
-    assert "rel_pos_attention" in gaps and "silu" in gaps  # the feed-forward's activation is still torch's
+    assert not covered & gaps
+    assert still_gaps <= gaps
     apply_backend(model, "torch")
     assert not any(m.use_kernel for m in modules)
 

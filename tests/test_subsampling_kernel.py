@@ -9,8 +9,6 @@ import pytest
 import torch
 from test_kernels import worst_error_interpreted
 
-from oasr.layers import apply_backend
-from oasr.models import ARCHITECTURES
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
 from oasr.models.fastconformer.encoder import ConvSubsampling, frame_mask
 
@@ -110,18 +108,6 @@ _INTERPRETED_MODULE = textwrap.dedent("""
 
 def test_subsampling_kernel_path_equals_the_torch_path_in_the_interpreter() -> None:
     assert worst_error_interpreted(_INTERPRETED_MODULE) < 1e-5
-
-
-def test_kernels_backend_switches_the_subsampling_and_counts_its_convolutions_as_covered() -> None:
-    arch = ARCHITECTURES.get("parakeet_ctc")
-    model = arch.from_config(arch.tiny_config())
-    modules = [m for m in model.modules() if isinstance(m, ConvSubsampling)]
-    gaps = {g.op for g in apply_backend(model, "kernels")}
-    assert modules and all(m.use_kernel for m in modules)
-    assert "conv2d" not in gaps and "relu" not in gaps
-    assert "linear" in gaps  # the pointwise convs and the output projection stay cuBLAS matrix multiplies
-    apply_backend(model, "torch")
-    assert not any(m.use_kernel for m in modules)
 
 
 def test_kernel_weights_follow_writes_to_the_convolutions() -> None:
