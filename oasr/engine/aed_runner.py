@@ -358,7 +358,8 @@ class AEDRunner:
         slots; others through a scratch buffer and one copy."""
         first = [row.slots[0] for row in rows]
         if all(len(row.slots) == 1 for row in rows) and first == list(range(first[0], first[0] + len(rows))):
-            k, v = self.cross_k[:, first[0] : first[0] + len(rows)], self.cross_v[:, first[0] : first[0] + len(rows)]
+            span = slice(first[0], first[0] + len(rows))
+            k, v = self.cross_k[:, span], self.cross_v[:, span]
             self.model.cross_kv_into(encoded, k, v)
         else:
             k = torch.empty((self.cross_k.shape[0], len(rows), *self.cross_k.shape[2:]), dtype=self.dtype,

@@ -1,8 +1,8 @@
 """The self-attention cache seam: models hand a cache their new queries, keys and values; it stores the keys and
 values and does the attention.
 
-A model never knows how its cache is stored, nor which kernel reads it. ``FullContext`` serves teacher forcing (no cache, causal mask);
-the engine's paged block pool (``oasr.engine.kv_cache``) serves incremental decoding.
+A model never knows how its cache is stored, nor which kernel reads it. ``FullContext`` serves teacher forcing
+(no cache, causal mask); the engine's paged block pool (``oasr.engine.kv_cache``) serves incremental decoding.
 """
 
 from __future__ import annotations
