@@ -92,3 +92,15 @@ def test_pad_to_device_places_each_input_and_zeroes_the_rest(device: str) -> Non
     assert cut[4].tolist() == [0.5, 0.5, 0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="no audio"):
         pad_to_device([], device)
+
+
+def test_gather_into_copies_every_row_in_order_on_several_threads(monkeypatch) -> None:
+    import oasr.features.upload as upload
+
+    rows = [torch.arange(n, dtype=torch.float32) + 1000 * i for i, n in enumerate([7, 1, 300, 64, 5])]
+    for per_thread in (1 << 30, 64):  # one thread (torch.cat), then the threaded split
+        monkeypatch.setattr(upload, "_BYTES_PER_THREAD", per_thread)
+        with torch.inference_mode():  # as the runners call it: the workers must write inference tensors too
+            out = torch.full((sum(len(r) for r in rows),), -1.0)
+            upload._gather_into(out, rows)
+        assert torch.equal(out, torch.cat(rows))
