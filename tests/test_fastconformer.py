@@ -82,9 +82,11 @@ def test_tiny_config_runs_forward_on_its_example_inputs(kind: str) -> None:
     assert torch.isfinite(out).all()
 
 
-def test_encoder_output_of_each_row_does_not_depend_on_the_batch_padding() -> None:
+@pytest.mark.parametrize("packed", [True, False])
+def test_encoder_output_of_each_row_does_not_depend_on_the_batch_padding(packed: bool, monkeypatch) -> None:
     """Odd and even lengths, a one-frame row and a full-length one: the subsampling zeroes only the padded frames
-    its convolutions read, so every row's real frames must equal the row encoded alone."""
+    its convolutions read, so every row's real frames must equal the row encoded alone, whether the layers run
+    on the padded batch or on its packed real frames."""
     from oasr.models.fastconformer.config import FastConformerEncoderConfig
     from oasr.models.fastconformer.encoder import FastConformerEncoder, frame_mask
 
@@ -95,6 +97,9 @@ def test_encoder_output_of_each_row_does_not_depend_on_the_batch_padding() -> No
     for parameter in encoder.parameters():  # large random weights: a leaked padded frame would show
         torch.nn.init.normal_(parameter, std=0.3)
     lengths = torch.tensor([97, 64, 33, 120, 119, 1, 8, 9])
+    monkeypatch.setattr(FastConformerEncoder, "pack_from_padding", 0.0 if packed else 2.0)
+    encoded = encoder.output_lengths(lengths)
+    assert encoder.layout(lengths.tolist(), encoded, int(encoded.max())).is_packed == packed
     x = torch.randn(len(lengths), 16, 120) * frame_mask(lengths, 120)[:, None, :]
     with torch.inference_mode():
         batched = encoder(x, lengths)
@@ -103,6 +108,18 @@ def test_encoder_output_of_each_row_does_not_depend_on_the_batch_padding() -> No
             frames = int(alone.lengths[0])
             assert frames == int(batched.lengths[row])
             torch.testing.assert_close(batched.hidden[row, :frames], alone.hidden[0, :frames], atol=1e-5, rtol=0)
+
+
+def test_packed_and_padded_layers_give_the_same_real_frames(pair: Pair, monkeypatch) -> None:
+    from oasr.models.fastconformer.encoder import FastConformerEncoder
+
+    with torch.inference_mode():
+        packed = pair.loaded.model.encode(pair.ours, pair.lengths)  # host lengths, a third padding: packed
+        monkeypatch.setattr(FastConformerEncoder, "pack_from_padding", 2.0)
+        padded = pair.loaded.model.encode(pair.ours, pair.lengths)
+    real = torch.arange(padded.hidden.shape[1])[None] < padded.lengths[:, None]
+    assert torch.equal(packed.lengths, padded.lengths)
+    torch.testing.assert_close(packed.hidden[real], padded.hidden[real], atol=1e-5, rtol=0)
 
 
 def test_native_round_trip_keeps_the_encoder_output(pair: Pair, tmp_path: Path) -> None:

@@ -17,12 +17,12 @@ from oasr.kernels.conformer_conv import (
     glu_depthwise_conv_reference,
 )
 from oasr.layers import apply_backend
+from oasr.layers.frames import FrameLayout
 from oasr.models import ARCHITECTURES
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
 from oasr.models.fastconformer.encoder import (
     ConvolutionModule,
     ConvSubsampling,
-    frame_mask,
 )
 
 pytest.importorskip("triton")
@@ -47,12 +47,12 @@ def test_folded_reference_equals_the_module_in_torch(act: str) -> None:
     module = conv_module(act=act)
     lengths = torch.tensor([23, 9, 1])
     x = torch.randn(3, 23, 48)
-    frames = frame_mask(lengths, 23)
+    frames = FrameLayout.padded(lengths, 23)
     with torch.inference_mode():
         expected = module(x, frames)  # the plain torch path: GLU, mask, conv, batch norm, activation
         y = module.pointwise_conv1(x)
         got = module.pointwise_conv2(glu_depthwise_conv_reference(y, frames, *module.folded(), act))
-    real = frames[:, :, None].expand_as(expected)
+    real = frames.mask[:, :, None].expand_as(expected)
     assert torch.allclose(got[real], expected[real], atol=1e-5, rtol=1e-5)
 
 
@@ -70,18 +70,30 @@ def test_folded_weights_follow_writes_to_the_batch_norm() -> None:
 _INTERPRETED = textwrap.dedent("""
     import torch
     from oasr.kernels.conformer_conv import glu_depthwise_conv, glu_depthwise_conv_reference, supported
+    from oasr.layers.frames import FrameLayout
     torch.manual_seed(0)
     worst = 0.0
     # Frames not a multiple of the kernel's 16-frame tile, channels not a multiple of its 128, an empty row.
     for b, t, c, k, act in [(3, 37, 160, 9, "silu"), (2, 5, 24, 3, "relu"), (1, 16, 128, 31, "identity")]:
         y = torch.randn(b, t, 2 * c)
         lengths = torch.tensor([t, max(t // 2, 1), 0][:b])
-        frames = torch.arange(t)[None] < lengths[:, None]
+        frames = FrameLayout.padded(lengths, t)
         w, bias = torch.randn(c, k), torch.randn(c)
         assert supported(y, act)
         got = glu_depthwise_conv(y, frames, w, bias, act)
         want = glu_depthwise_conv_reference(y, frames, w, bias, act)
         worst = max(worst, (got - want).abs().max().item())
+        # Packed (no empty rows; later utterances start off the padded grid): each utterance's frames read and
+        # written where the layout puts them.
+        lengths = torch.tensor([t, max(t // 3, 1), max(t // 2, 1)][:b])
+        padded = FrameLayout.padded(lengths, t)
+        want = glu_depthwise_conv_reference(y, padded, w, bias, act)[padded.mask]
+        packed = FrameLayout.packed(lengths.tolist(), t, "cpu")
+        rows = packed.pack(y)
+        used = int(lengths.sum())
+        got = glu_depthwise_conv(rows, packed, w, bias, act)[:used]
+        worst = max(worst, (got - want).abs().max().item())
+        worst = max(worst, (glu_depthwise_conv_reference(rows, packed, w, bias, act)[:used] - want).abs().max().item())
     print(worst)
 """)
 
@@ -126,12 +138,16 @@ def test_glu_depthwise_conv_kernel_equals_its_reference_on_cuda(dtype: torch.dty
     b, t, c, k = 8, 203, 1024, 9
     y = torch.randn(b, t, 2 * c, device="cuda", dtype=dtype)
     lengths = torch.randint(1, t + 1, (b,), device="cuda")
-    frames = torch.arange(t, device="cuda")[None] < lengths[:, None]
+    frames = FrameLayout.padded(lengths, t)
     w, bias = torch.randn(c, k, device="cuda") * 0.2, torch.randn(c, device="cuda")
     got = glu_depthwise_conv(y, frames, w, bias, "silu")
     want = glu_depthwise_conv_reference(y, frames, w, bias, "silu")
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     assert got.dtype == dtype and (got.float() - want.float()).abs().max().item() < tolerance
+    packed = FrameLayout.packed(lengths.tolist(), t, "cuda")
+    used = int(lengths.sum())
+    got = glu_depthwise_conv(packed.pack(y), packed, w, bias, "silu")[:used]
+    assert (got.float() - want[frames.mask].float()).abs().max().item() < tolerance
 
 
 def test_a_module_made_under_inference_mode_folds_its_batch_norm() -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from oasr.kernels.runtime import triton_runs_on
+from oasr.layers.frames import FrameLayout
 
 try:
     import triton
@@ -40,16 +41,16 @@ def fold_batch_norm(
 
 
 def glu_depthwise_conv_reference(
-    y: torch.Tensor, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, activation: str
+    y: torch.Tensor, frames: FrameLayout, weight: torch.Tensor, bias: torch.Tensor, activation: str
 ) -> torch.Tensor:
-    """y: [B, T, 2C]; frames: bool [B, T] (True = real frame); weight: float32 [C, K]; bias: float32 [C]
-    -> [B, T, C] in y's dtype: act(depthwise_conv(glu(y) zeroed at padded frames) + bias)."""
-    x = F.glu(y.float(), dim=-1).masked_fill(~frames[:, :, None], 0.0)
+    """y: [B, T, 2C] padded or [rows, 2C] packed, as ``frames`` says; weight: float32 [C, K]; bias: float32
+    [C] -> y's layout with C channels, in y's dtype: act(depthwise_conv(glu(y) zeroed at padded frames) + bias)."""
+    x = F.glu(frames.unpack(y).float(), dim=-1).masked_fill(~frames.mask[:, :, None], 0.0)
     kernel = weight.shape[1]
     x = F.conv1d(x.transpose(1, 2), weight[:, None, :], bias, padding=kernel // 2, groups=weight.shape[0])
     code = ACTIVATIONS[activation]
     x = F.silu(x) if code == 1 else F.relu(x) if code == 2 else x
-    return x.transpose(1, 2).to(y.dtype)
+    return frames.pack(x.transpose(1, 2).to(y.dtype))
 
 
 def supported(y: torch.Tensor, activation: str) -> bool:
@@ -58,22 +59,25 @@ def supported(y: torch.Tensor, activation: str) -> bool:
 
 
 def glu_depthwise_conv(
-    y: torch.Tensor, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, activation: str
+    y: torch.Tensor, frames: FrameLayout, weight: torch.Tensor, bias: torch.Tensor, activation: str
 ) -> torch.Tensor:
-    """``glu_depthwise_conv_reference`` in one kernel where ``supported``; the reference elsewhere."""
+    """``glu_depthwise_conv_reference`` in one kernel where ``supported``; the reference elsewhere. A packed
+    layout is read and written in place: the kernel finds each utterance's frames through its start and length.
+    (Packed spare rows are left unwritten; padded frames of a padded layout are written, finite.)"""
     if not supported(y, activation):
         return glu_depthwise_conv_reference(y, frames, weight, bias, activation)
-    b, t, two_c = y.shape
+    two_c = y.shape[-1]
     channels, kernel = weight.shape
     if two_c != 2 * channels or kernel % 2 == 0:
-        raise ValueError(f"expected y [B, T, 2C] with C = {channels} and an odd kernel, got {tuple(y.shape)}, K={kernel}")
+        raise ValueError(f"expected y [..., 2C] with C = {channels} and an odd kernel, got {tuple(y.shape)}, K={kernel}")
     y = y.contiguous()
-    out = torch.empty(b, t, channels, dtype=y.dtype, device=y.device)
+    out = torch.empty(*y.shape[:-1], channels, dtype=y.dtype, device=y.device)
     block_t, block_c = 16, 128
-    grid = (b, triton.cdiv(t, block_t), triton.cdiv(channels, block_c))
+    grid = (frames.lengths.shape[0], triton.cdiv(frames.num_frames, block_t), triton.cdiv(channels, block_c))
     _glu_depthwise_conv_kernel[grid](
-        y, frames.contiguous(), weight, bias, out, t, channels,
-        KERNEL=kernel, ACTIVATION=ACTIVATIONS[activation], BLOCK_T=block_t, BLOCK_C=block_c,
+        y, frames.starts, frames.lengths, weight, bias, out, frames.num_frames, channels,
+        KERNEL=kernel, ACTIVATION=ACTIVATIONS[activation], PACKED=frames.is_packed, BLOCK_T=block_t,
+        BLOCK_C=block_c,
     )
     return out
 
@@ -82,31 +86,36 @@ if triton is not None:
 
     @triton.jit
     def _glu_depthwise_conv_kernel(
-        y_ptr, frames_ptr, w_ptr, b_ptr, out_ptr, num_frames, channels,
-        KERNEL: tl.constexpr, ACTIVATION: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+        y_ptr, starts_ptr, lengths_ptr, w_ptr, b_ptr, out_ptr, num_frames, channels,
+        KERNEL: tl.constexpr, ACTIVATION: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
+        BLOCK_C: tl.constexpr,
     ):
-        # One (row, BLOCK_T frames, BLOCK_C channels) tile per program; each tap reloads and re-gates its input
-        # frames from cache. (Gating each frame once, in a register ring walked frame by frame, measured slower:
-        # the walk is sequential.)
-        row = tl.program_id(0).to(tl.int64)
-        t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
-        c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
-        c_ok = c < channels
-        acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-        for k in tl.static_range(KERNEL):
-            src = t + (k - KERNEL // 2)
-            inside = (src >= 0) & (src < num_frames)
-            real = tl.load(frames_ptr + row * num_frames + src, mask=inside, other=0) != 0
-            m = (inside & real)[:, None] & c_ok[None, :]
-            at = y_ptr + (row * num_frames + src)[:, None] * (2 * channels) + c[None, :]
-            value = tl.load(at, mask=m, other=0.0).to(tl.float32)
-            gate = tl.load(at + channels, mask=m, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + c * KERNEL + k, mask=c_ok, other=0.0)
-            acc += value * tl.sigmoid(gate) * w[None, :]
-        acc += tl.load(b_ptr + c, mask=c_ok, other=0.0)[None, :]
-        if ACTIVATION == 1:
-            acc = acc * tl.sigmoid(acc)
-        elif ACTIVATION == 2:
-            acc = tl.maximum(acc, 0.0)
-        dest = out_ptr + (row * num_frames + t)[:, None] * channels + c[None, :]
-        tl.store(dest, acc.to(out_ptr.dtype.element_ty), mask=(t < num_frames)[:, None] & c_ok[None, :])
+        # One (utterance, BLOCK_T frames, BLOCK_C channels) tile per program; each tap reloads and re-gates its
+        # input frames from cache. (Gating each frame once, in a register ring walked frame by frame, measured
+        # slower: the walk is sequential.) Frame t of utterance b is flattened frame starts[b] + t.
+        row = tl.program_id(0)
+        start = tl.load(starts_ptr + row).to(tl.int64)
+        length = tl.load(lengths_ptr + row)
+        first = tl.program_id(1) * BLOCK_T
+        # Packed: frames past the utterance's end belong to the next one. Padded: they are written too (finite).
+        limit = length if PACKED else num_frames
+        if first < limit:
+            t = first + tl.arange(0, BLOCK_T)
+            c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+            c_ok = c < channels
+            acc = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+            for k in tl.static_range(KERNEL):
+                src = t + (k - KERNEL // 2)
+                m = ((src >= 0) & (src < length))[:, None] & c_ok[None, :]
+                at = y_ptr + (start + src)[:, None] * (2 * channels) + c[None, :]
+                value = tl.load(at, mask=m, other=0.0).to(tl.float32)
+                gate = tl.load(at + channels, mask=m, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + c * KERNEL + k, mask=c_ok, other=0.0)
+                acc += value * tl.sigmoid(gate) * w[None, :]
+            acc += tl.load(b_ptr + c, mask=c_ok, other=0.0)[None, :]
+            if ACTIVATION == 1:
+                acc = acc * tl.sigmoid(acc)
+            elif ACTIVATION == 2:
+                acc = tl.maximum(acc, 0.0)
+            dest = out_ptr + (start + t)[:, None] * channels + c[None, :]
+            tl.store(dest, acc.to(out_ptr.dtype.element_ty), mask=(t < limit)[:, None] & c_ok[None, :])

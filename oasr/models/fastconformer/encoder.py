@@ -34,6 +34,7 @@ from oasr.layers import (
     relative_position_embeddings,
 )
 from oasr.layers.basic import derived
+from oasr.layers.frames import FrameLayout
 from oasr.models.base import EncoderOutput
 from oasr.models.fastconformer.config import FastConformerEncoderConfig
 
@@ -199,16 +200,16 @@ class ConvolutionModule(nn.Module):
         sources = (conv.weight, conv.bias, norm.weight, norm.bias, norm.running_mean, norm.running_var)
         return derived(self, "_folded", sources, lambda: fold_batch_norm(conv.weight, conv.bias, norm))
 
-    def forward(self, x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-        """x: [B, T, C]; frames: bool [B, T] (True = real frame)."""
+    def forward(self, x: torch.Tensor, frames: FrameLayout) -> torch.Tensor:
+        """x: [B, T, C] padded or [rows, C] packed, as ``frames`` says -> the same layout."""
         y = self.pointwise_conv1(x)
         # Inside torch.compile the torch path runs: the compiler fuses it itself.
         if self.use_kernel and conformer_conv.supported(y, self.hidden_act) and not torch.compiler.is_compiling():
             return self.pointwise_conv2(conformer_conv.glu_depthwise_conv(y, frames, *self.folded(), self.hidden_act))
-        x = self.glu(y)
-        x = x.masked_fill(~frames[:, :, None], 0.0)  # the depthwise conv must not read padded frames
+        x = self.glu(frames.unpack(y))
+        x = x.masked_fill(~frames.mask[:, :, None], 0.0)  # the depthwise conv must not read padded frames
         x = self.activation(self.norm(self.depthwise_conv(x.transpose(1, 2))))
-        return self.pointwise_conv2(x.transpose(1, 2))
+        return self.pointwise_conv2(frames.pack(x.transpose(1, 2)))
 
 
 class ConformerBlock(nn.Module):
@@ -225,16 +226,25 @@ class ConformerBlock(nn.Module):
         self.norm_feed_forward2 = LayerNorm(d)
         self.norm_out = LayerNorm(d)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, frames: FrameLayout) -> torch.Tensor:
+        """x: [B, T, C] padded or [rows, C] packed, as ``frames`` says -> the same layout. Attention sees the
+        padded view; everything else works in ``x``'s layout."""
         # Macaron: two half-step feed-forwards around attention and convolution. Each residual add and the norm
         # after it are one step (one kernel under the kernels backend).
         x, h = self.norm_self_att.add_forward(x, self.feed_forward1(self.norm_feed_forward1(x)), alpha=0.5)
-        x, h = self.norm_conv.add_forward(x, self.self_attn(h, positions, key_mask=frames))
+        attended = self.self_attn(frames.unpack(h), positions, key_mask=frames.mask)
+        x, h = self.norm_conv.add_forward(x, frames.pack(attended))
         x, h = self.norm_feed_forward2.add_forward(x, self.conv(h, frames))
         return self.norm_out.add_forward(x, self.feed_forward2(h), alpha=0.5)[1]
 
 
 class FastConformerEncoder(nn.Module):
+    """Packs a batch's frames (``FrameLayout.packed``) when at least ``pack_from_padding`` of its padded view
+    is padding and the frame counts are known on the host (``lengths`` on the CPU, as the engine passes them);
+    otherwise runs padded. Both give the same real frames."""
+
+    pack_from_padding = 1 / 16
+
     def __init__(self, config: FastConformerEncoderConfig) -> None:
         super().__init__()
         self.config = config
@@ -249,16 +259,28 @@ class FastConformerEncoder(nn.Module):
         return lengths
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
-        """features: [B, n_mels, T] (as the extractor returns them); lengths: [B] real feature frames
-        -> hidden [B, T', hidden_size] with T' = T / subsampling_factor (rounded up), lengths [B] (int64)."""
+        """features: [B, n_mels, T] (as the extractor returns them); lengths: [B] real feature frames (on the
+        CPU, the layout is chosen without reading the device) -> hidden [B, T', hidden_size] with
+        T' = T / subsampling_factor (rounded up), lengths [B] (int64)."""
         x = features.transpose(1, 2)
-        lengths = lengths.to(device=x.device, dtype=torch.long)
+        known = lengths.device.type == "cpu" and not torch.compiler.is_compiling()
+        host_lengths = lengths.tolist() if known else None
+        lengths = lengths.to(device=x.device, dtype=torch.long, non_blocking=True)
         # Zero the padding the caller left, so results never depend on its value.
         x = x * frame_mask(lengths, x.shape[1])[..., None].to(x.dtype)
         x, lengths = self.subsampling(x, lengths)
         x = x * self.input_scale
         positions = relative_position_embeddings(x.shape[1], x.shape[2], device=x.device, dtype=x.dtype)
-        frames = frame_mask(lengths, x.shape[1])
+        frames = self.layout(host_lengths, lengths, x.shape[1])
+        x = frames.pack(x)
         for layer in self.layers:
             x = layer(x, positions, frames)
-        return EncoderOutput(hidden=x, lengths=lengths)
+        return EncoderOutput(hidden=frames.unpack(x), lengths=lengths)
+
+    def layout(self, host_lengths: list[int] | None, lengths: torch.Tensor, num_frames: int) -> FrameLayout:
+        """Packed when the host knows the frame counts and enough of the padded view is padding."""
+        if host_lengths is not None:
+            encoded = [self.output_lengths(n) for n in host_lengths]
+            if min(encoded) > 0 and sum(encoded) <= (1 - self.pack_from_padding) * num_frames * len(encoded):
+                return FrameLayout.packed(encoded, num_frames, lengths.device)
+        return FrameLayout.padded(lengths, num_frames)
