@@ -1,4 +1,4 @@
-"""CTC greedy decoding: best label per frame, repeats collapsed, blanks dropped; whole batch, one host sync.
+"""CTC greedy decoding: best label per frame, repeats collapsed, blanks dropped; whole batch, one host read.
 
 Model contract (``decode_family = "ctc"``): ``ctc_log_probs(hidden [B, T, D]) -> [B, T, V]`` and ``blank_id``.
 """
@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.pending import CopiedTokens
 from oasr.models.base import EncoderOutput
 
 
@@ -30,12 +31,20 @@ def collapse_mask(labels: torch.Tensor, lengths: torch.Tensor, blank_id: int) ->
     return (labels != blank_id) & (labels != previous) & inside
 
 
-def greedy_ids(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> list[list[int]]:
-    """log_probs: [B, T, V]; lengths: [B] -> token ids per row."""
+def launch_greedy(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> CopiedTokens:
+    """log_probs: [B, T, V]; lengths: [B] -> token ids per row, on their way to the host."""
     labels = log_probs.argmax(dim=-1)
     keep = collapse_mask(labels, lengths.to(labels.device), blank_id)
-    labels, keep = labels.cpu(), keep.cpu()  # the one host sync
+    return CopiedTokens((labels.int(), keep), _kept_labels)
+
+
+def _kept_labels(labels: torch.Tensor, keep: torch.Tensor) -> list[list[int]]:
     return [row[mask].tolist() for row, mask in zip(labels, keep, strict=True)]
+
+
+def greedy_ids(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> list[list[int]]:
+    """log_probs: [B, T, V]; lengths: [B] -> token ids per row."""
+    return launch_greedy(log_probs, lengths, blank_id).wait()
 
 
 @DECODE_STRATEGIES.register("ctc_greedy")
@@ -45,5 +54,9 @@ class CTCGreedy:
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> token ids per row (no blanks, repeats merged)."""
+        return self.launch(model, encoder_output).wait()
+
+    def launch(self, model: CTCModel, encoder_output: EncoderOutput) -> CopiedTokens:
+        """``decode`` with the result still on its way to the host."""
         log_probs = model.ctc_log_probs(encoder_output.hidden)
-        return greedy_ids(log_probs, encoder_output.lengths, model.blank_id)
+        return launch_greedy(log_probs, encoder_output.lengths, model.blank_id)

@@ -20,6 +20,7 @@ import torch
 
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
+from oasr.decode.pending import LaunchesEagerly
 from oasr.models.base import EncoderOutput
 
 # Two hashes modulo primes below 2^31: products stay inside int64, and a false merge needs both to collide.
@@ -168,7 +169,7 @@ def prefix_beam_search(
 
 
 @DECODE_STRATEGIES.register("ctc_prefix_beam")
-class CTCPrefixBeam:
+class CTCPrefixBeam(LaunchesEagerly):
     consumes: ClassVar[str] = "log_probs"
     incremental: ClassVar[bool] = False
 

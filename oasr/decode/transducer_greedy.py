@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.pending import LaunchesEagerly
 from oasr.models.base import EncoderOutput
 
 # logits [B, num_joint_outputs] -> (token [B], frames to advance [B]); a blank never advances 0.
@@ -221,7 +222,7 @@ def _max_symbols(options: TransducerGreedyOptions, model: TransducerModel) -> in
 
 
 @DECODE_STRATEGIES.register("transducer_greedy")
-class TransducerGreedy:
+class TransducerGreedy(LaunchesEagerly):
     consumes: ClassVar[str] = "encoder_hidden_states"
     incremental: ClassVar[bool] = False
     graph_capturable: ClassVar[bool] = True

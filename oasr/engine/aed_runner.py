@@ -67,6 +67,7 @@ def _bucket(value: int, buckets: tuple[int, ...]) -> int:
 
 class AEDRunner:
     incremental = True
+    overlaps_steps = False  # each step's tokens feed the next: a step reads its result before it returns
     pads_to_window = True  # every request is encoded as a full 30 s window
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:

@@ -13,9 +13,9 @@ from oasr.engine.aed_runner import AEDRunner
 from oasr.engine.batch_stats import BatchSizeCounter, BatchSizeCounts
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
-from oasr.engine.frame_runner import FrameSyncRunner
+from oasr.engine.frame_runner import FrameSyncRunner, PendingStep
 from oasr.engine.request import Request, RequestOutput
-from oasr.engine.scheduler import Scheduler
+from oasr.engine.scheduler import Scheduler, SchedulerOutput
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
@@ -55,6 +55,8 @@ class ASREngine:
         self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=eot, max_positions=self.runner.max_positions,
                                    incremental=self.runner.incremental)
         self._ids = itertools.count()
+        # Runners that overlap steps: the launched step whose result is read after the next step is queued.
+        self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None
         self.encode_batch_sizes = BatchSizeCounter(self.config.runner.batch_buckets)
         self.decode_batch_sizes = BatchSizeCounter(self.config.runner.batch_buckets)
 
@@ -74,6 +76,10 @@ class ASREngine:
         window = self.runner.window_samples
         if len(audio) > window:
             raise OASRError(f"audio of {len(audio)} samples exceeds the model's window ({window}); split it first")
+        if request_id is not None and self._in_flight is not None and any(
+                row.request_id == request_id for row in self._in_flight[0].encode):
+            # Aborted while its step runs: that step's result must not land on a new request of the same id.
+            raise ValueError(f"request id {request_id!r} is still in use by a running step")
         prompt_len = self.runner.prompt_len_for(options)
         # The last output token comes from the logits at the last position and is never fed back.
         room = self.runner.max_positions - prompt_len + 1
@@ -97,21 +103,29 @@ class ASREngine:
         return self.scheduler.abort(request_id)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or self._in_flight is not None
 
     def step(self) -> list[RequestOutput]:
+        """Schedules and runs one step; returns the outputs of the requests that changed.
+
+        Where the runner overlaps steps, the step's result is read only after the next step is queued on the
+        device, so the outputs a call returns are those of the step before it (and a last call, with nothing
+        new to schedule, reads the last step's).
+        """
         out = self.scheduler.schedule()
-        if out.is_empty:
-            return []
-        self.encode_batch_sizes.observe(len(out.encode))
-        self.decode_batch_sizes.observe(sum(len(row.slots) for row in out.decode))  # a beam request has K rows
-        result = self.runner.execute(out, self.scheduler.requests)
-        return self.scheduler.update(out, result)
+        if not out.is_empty:
+            self.encode_batch_sizes.observe(len(out.encode))
+            self.decode_batch_sizes.observe(sum(len(row.slots) for row in out.decode))  # a beam request has K rows
+        if not self.runner.overlaps_steps:
+            return [] if out.is_empty else self.scheduler.update(out, self.runner.execute(out, self.scheduler.requests))
+        launched = None if out.is_empty else (out, self.runner.launch(out, self.scheduler.requests))
+        previous, self._in_flight = self._in_flight, launched
+        return [] if previous is None else self.scheduler.update(previous[0], previous[1].wait())
 
     def stats(self) -> EngineStats:
         return EngineStats(
             num_waiting=len(self.scheduler.waiting),
-            num_running=len(self.scheduler.running),
+            num_running=len(self.scheduler.running) + (len(self._in_flight[0].encode) if self._in_flight else 0),
             kv_blocks_used=self.pool.num_used if self.pool else 0,
             kv_blocks_total=self.pool.num_blocks - 1 if self.pool else 0,
             num_slots=self.runner.num_slots,

@@ -2,6 +2,11 @@
 
 Rows hold no decode state between steps, so there are no slots or KV blocks: a request is finished by the
 step that encodes it. The transducer label loop runs batched on the device inside the strategy.
+
+On CUDA, steps overlap (``overlaps_steps``): ``launch`` queues a step's work and returns with its tokens still on
+their way to the host, and the engine queues the next step before it reads them. The host's share of a step
+(the scheduler, copying the audio into pinned memory, the kernel launches) then runs while the device works on
+the step before.
 """
 
 from __future__ import annotations
@@ -12,10 +17,10 @@ from collections.abc import Mapping
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.pending import PendingTokens, ReadyTokens
 from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request
 from oasr.engine.scheduler import EncodeResult, RunnerOutput, SchedulerOutput
-from oasr.engine.staging import stager_for
 from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
@@ -24,8 +29,29 @@ from oasr.types import DecodeOptions
 WINDOW_SECONDS = 60
 
 
+class PendingStep:
+    """A launched step: ``wait`` reads its tokens back and reports them as the step's ``RunnerOutput``."""
+
+    def __init__(self, rows: list[tuple[str, int]], tokens: PendingTokens, runner: FrameSyncRunner) -> None:
+        self.rows = rows  # (request id, token budget) per encode row
+        self.tokens = tokens
+        self.runner = runner
+
+    def wait(self) -> RunnerOutput:
+        start = time.perf_counter()
+        token_ids = self.tokens.wait()
+        self.runner.phase_seconds["encode"] += time.perf_counter() - start
+        return RunnerOutput(
+            encoded={
+                request_id: EncodeResult(tuple(ids[:budget]), finished=True)
+                for (request_id, budget), ids in zip(self.rows, token_ids, strict=True)
+            }
+        )
+
+
 class FrameSyncRunner:
     incremental = False
+    overlaps_steps = False  # set per device in __init__
     pads_to_window = False  # a batch is padded to its longest row only
     prompt_len = 0
     max_positions = 1 << 30  # no decoder positions: the output length is bounded by the frames
@@ -42,9 +68,9 @@ class FrameSyncRunner:
         self.num_slots = config.scheduler.max_num_seqs
         self.window_samples = WINDOW_SECONDS * 16_000
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
+        # Only CUDA runs asynchronously; elsewhere a launch computes everything before it returns.
+        self.overlaps_steps = self.device.type == "cuda"
         self._encoder = self.model.encode
-        # While a step runs on the device, the next steps' audio is copied into pinned memory (CUDA only).
-        self.stager = stager_for(self.device, 2 * config.scheduler.max_encode_rows)
         if config.runner.compile_encoder and self.device.type == "cuda":
             # Rows and frames vary from batch to batch: one graph with symbolic shapes, not one per shape.
             self._encoder = torch.compile(self.model.encode, dynamic=True)
@@ -67,22 +93,22 @@ class FrameSyncRunner:
     def num_frames(self, num_samples: int) -> int:
         return num_samples // self.loaded.features.config.hop_length + 1
 
-    @torch.inference_mode()
     def execute(self, out: SchedulerOutput, requests: Mapping[str, Request]) -> RunnerOutput:
-        if not out.encode:
-            return RunnerOutput()
+        return self.launch(out, requests).wait()
+
+    @torch.inference_mode()
+    def launch(self, out: SchedulerOutput, requests: Mapping[str, Request]) -> PendingStep:
+        """Queues the step's work on the device; the returned step's ``wait`` reads its result."""
         start = time.perf_counter()
         batch = [requests[row.request_id] for row in out.encode]
-        audio = [self.stager.take(r) for r in batch] if self.stager else [r.audio for r in batch]
-        features, lengths = self.loaded.features(audio, device=self.device)
+        rows = [(r.request_id, r.max_new_tokens) for r in batch]
+        if not batch:
+            return PendingStep(rows, ReadyTokens([]), self)
+        audio = [r.audio for r in batch]
+        features, _ = self.loaded.features(audio, device=self.device)
+        # The same frame counts, known on the host: the encoder plans its layout without reading the device.
+        lengths = self.loaded.features.frame_lengths(torch.tensor([len(a) for a in audio]))
         encoded = self._encoder(features.to(self.loaded.dtype), lengths)
-        if self.stager:  # the device has the step's work queued: stage what comes next meanwhile
-            self.stager.stage(requests)
-        token_ids = self.strategy.decode(self.model, encoded)
+        tokens = self.strategy.launch(self.model, encoded)
         self.phase_seconds["encode"] += time.perf_counter() - start
-        return RunnerOutput(
-            encoded={
-                row.request_id: EncodeResult(tuple(ids[: r.max_new_tokens]), finished=True)
-                for row, r, ids in zip(out.encode, batch, token_ids, strict=True)
-            }
-        )
+        return PendingStep(rows, tokens, self)

@@ -2,8 +2,8 @@
 
 Uploading a batch of audio means copying every sample into pinned host memory first (the device can only read
 pinned memory asynchronously), and for a batch of long clips that copy is tens of milliseconds of host time with
-the device idle. The runner hands this stager the requests that wait to be encoded while its current step runs
-on the device; a worker thread copies their audio into pinned tensors, and the next step uploads them straight
+the device idle. A runner whose steps cannot overlap (the encoder-decoder one: each step's tokens feed the next)
+hands this stager the requests that wait to be encoded while its current step runs on the device; a worker thread copies their audio into pinned tensors, and the next step uploads them straight
 from there, one asynchronous copy per row. Torch releases the GIL for the copies, so the worker runs while the
 main thread waits on the device.
 """
