@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 # Slaney's mel scale: linear below 1 kHz, logarithmic above (the scale librosa and Whisper use).
 _F_SP = 200.0 / 3.0
@@ -42,3 +43,23 @@ def slaney_mel_filters(
     filters = np.maximum(0.0, np.minimum(falling, rising))
     filters *= 2.0 / (hz_edges[2 : n_mels + 2] - hz_edges[:n_mels])
     return filters.astype(np.float32)
+
+
+class DeviceConstants:
+    """An extractor's constant tensors (filter bank, window), copied to each device once.
+
+    A copy per call would be a transfer from pageable memory, and torch waits for the device to finish its
+    queued work before such a transfer: the host could not prepare one batch while the device runs another.
+    """
+
+    def __init__(self, **tensors: torch.Tensor) -> None:
+        self._host = tensors
+        self._copies: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+    def on(self, device: torch.device | str) -> dict[str, torch.Tensor]:
+        device = torch.device(device)
+        if device.type == "cpu":
+            return self._host
+        if device not in self._copies:
+            self._copies[device] = {name: t.to(device) for name, t in self._host.items()}
+        return self._copies[device]

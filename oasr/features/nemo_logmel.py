@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from oasr.features import FEATURE_EXTRACTORS
-from oasr.features.mel import slaney_mel_filters
+from oasr.features.mel import DeviceConstants, slaney_mel_filters
 from oasr.features.upload import pad_to_device
 
 
@@ -44,8 +44,10 @@ class NemoLogMel:
         self.config = config or NemoLogMelConfig()
         c = self.config
         filters = slaney_mel_filters(sample_rate=c.sample_rate, n_fft=c.n_fft, n_mels=c.num_mel_bins)
-        self._filters = torch.from_numpy(filters).T.contiguous()  # [n_mels, n_fft // 2 + 1]
-        self._window = torch.hann_window(c.win_length, periodic=False)
+        self._constants = DeviceConstants(
+            filters=torch.from_numpy(filters).T.contiguous(),  # [n_mels, n_fft // 2 + 1]
+            window=torch.hann_window(c.win_length, periodic=False),
+        )
 
     @classmethod
     def for_model(cls, config: object) -> NemoLogMel:
@@ -90,13 +92,13 @@ class NemoLogMel:
         # Zero past each input's end: pre-emphasis leaks the last sample into the padding, and a short input
         # batched with long ones must see the same silence it would alone.
         waveforms = waveforms.masked_fill(~inside, 0.0)
-        window = self._window.to(waveforms.device)
+        constants = self._constants.on(waveforms.device)
         stft = torch.stft(
-            waveforms, c.n_fft, hop_length=c.hop_length, win_length=c.win_length, window=window,
+            waveforms, c.n_fft, hop_length=c.hop_length, win_length=c.win_length, window=constants["window"],
             center=True, pad_mode="constant", return_complex=True,
         )
         power = stft.real.square() + stft.imag.square()
-        mel = torch.log(self._filters.to(waveforms.device) @ power + c.log_zero_guard)  # [B, n_mels, T]
+        mel = torch.log(constants["filters"] @ power + c.log_zero_guard)  # [B, n_mels, T]
         lengths = self.frame_lengths(num_samples)
         return self.normalize(mel, lengths), lengths
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from oasr.features import FEATURE_EXTRACTORS
-from oasr.features.mel import slaney_mel_filters
+from oasr.features.mel import DeviceConstants, slaney_mel_filters
 from oasr.features.upload import pad_to_device
 
 
@@ -42,9 +42,9 @@ class WhisperLogMel:
     def __init__(self, config: WhisperLogMelConfig | None = None) -> None:
         self.config = config or WhisperLogMelConfig()
         c = self.config
-        self._filters = torch.from_numpy(
+        self._constants = DeviceConstants(filters=torch.from_numpy(
             slaney_mel_filters(sample_rate=c.sample_rate, n_fft=c.n_fft, n_mels=c.num_mel_bins)
-        ).T.contiguous()  # [n_mels, n_freq]
+        ).T.contiguous())  # [n_mels, n_freq]
 
     @classmethod
     def for_model(cls, config: object) -> WhisperLogMel:
@@ -71,7 +71,7 @@ class WhisperLogMel:
         window = torch.hann_window(c.n_fft, device=waveforms.device)
         stft = torch.stft(waveforms, c.n_fft, c.hop_length, window=window, return_complex=True)
         power = stft[..., :-1].abs() ** 2
-        mel = self._filters.to(waveforms.device) @ power
+        mel = self._constants.on(waveforms.device)["filters"] @ power
         log_spec = torch.clamp(mel, min=1e-10).log10()
         peak = log_spec.amax(dim=(1, 2), keepdim=True)
         log_spec = torch.maximum(log_spec, peak - 8.0)

@@ -2,7 +2,8 @@
 
 ``KERNELS`` maps a waist op (a module's ``KERNEL_OP``) to the waist ops its kernel absorbs: under the ``kernels``
 backend such a module runs its kernel, and the modules it absorbs are not gaps. Every other op is a declared
-gap, listed here so that ``oasr models`` and the ``kernels`` backend can say exactly what still runs on torch.
+gap, and so is an op whose kernel covers only part of it: they are listed here so that ``oasr models`` and the
+``kernels`` backend can say exactly what still runs on torch.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from oasr.layers.backend import KernelGap
 # new key and value stored in the same pass (CachedSelfAttention; oasr.kernels.paged_attention).
 # conv_subsampling: FastConformer's strided 2-D convolutions and their ReLUs, channels last, the first conv fused
 # into the first depthwise conv (oasr.kernels.subsampling); its pointwise convs are matrix multiplies.
+# rel_pos_attention: the Transformer-XL position term shifted, biased with v and masked into SDPA's float mask in
+# one pass (oasr.kernels.rel_position); the attention itself stays SDPA (the "attention" gap).
 KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("glu", "conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
     "paged_attention": (),
     "conv_subsampling": ("conv2d", "relu"),
+    "rel_pos_attention": (),
 })
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
@@ -39,9 +43,6 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("relu", "fused inside conformer_conv and conv_subsampling only"),
     KernelGap("silu", "fused into no epilogue yet"),
     KernelGap("glu", "fused inside conformer_conv only"),
-    KernelGap(
-        "rel_pos_attention",
-        "position scores are one aligned GEMM per head, shifted as a strided view and materialised once as SDPA's "
-        "float mask; no fused kernel",
-    ),
+    KernelGap("rel_pos_attention", "only the position term has a kernel (rel_pos_attention, above); the attention "
+              "itself runs on SDPA with it as the float mask"),
 )

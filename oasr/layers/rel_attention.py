@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from oasr.kernels import rel_position
 from oasr.layers.basic import Linear
 
 _POSITION_BASE = 10_000.0
@@ -27,7 +28,8 @@ def relative_position_embeddings(
 ) -> torch.Tensor:
     """Sinusoids for the distances T-1, T-2, ..., -(T-1), sin and cos interleaved -> [1, 2T-1, dim]."""
     distances = torch.arange(num_frames - 1, -num_frames, -1, device=device, dtype=torch.float32)
-    inv_freq = 1.0 / (_POSITION_BASE ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)).to(device)
+    # Made on the device: a host tensor copied there would make the host wait for the device's queued work.
+    inv_freq = 1.0 / (_POSITION_BASE ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
     angles = distances[:, None] * inv_freq[None, :]
     return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(1, 2 * num_frames - 1, dim).to(dtype)
 
@@ -46,7 +48,11 @@ def relative_shift(scores: torch.Tensor) -> torch.Tensor:
 
 
 class RelPositionMultiHeadAttention(nn.Module):
+    """Under the ``kernels`` backend the position term is shifted, biased and masked by one Triton pass
+    (``oasr.kernels.rel_position``); attention itself is SDPA either way."""
+
     KERNEL_OP: ClassVar[str] = "rel_pos_attention"
+    use_kernel = False  # set by oasr.layers.apply_backend
 
     def __init__(self, embed_dim: int, num_heads: int, *, bias: bool = True) -> None:
         super().__init__()
@@ -82,36 +88,60 @@ class RelPositionMultiHeadAttention(nn.Module):
         q_u = q_u.view(b, t, self.num_heads, self.head_dim)
         k = self.split_heads(self.k_proj(x))
         v = self.split_heads(self.v_proj(x))
-        position_scores = self.position_scores(q_u, positions, self.bias_v - self.bias_u)
-        # The float mask SDPA adds to the scaled content scores (q + u) . k, so both terms share one softmax. Its
-        # rows are padded to a multiple of 8 elements (kernels want aligned rows; SDPA would copy otherwise).
-        mask = position_scores.new_empty(b, self.num_heads, t, -(-t // 8) * 8)[..., :t]
-        if key_mask is None:
-            mask.copy_(position_scores)
+        # The float mask SDPA adds to the scaled content scores (q + u) . k, so both terms share one softmax.
+        # (Under the kernels backend on CPU tensors the kernel's torch reference runs: the same arithmetic.)
+        if self.use_kernel and positions.shape[0] == 1 and not torch.compiler.is_compiling():
+            mask = self.position_mask(q_u, positions, key_mask)
         else:
-            # The most negative finite value, not -inf: a row with no real frame stays finite.
-            floor = mask.new_full((), torch.finfo(mask.dtype).min)
-            torch.where(key_mask[:, None, None, :], position_scores, floor, out=mask)
+            position_scores = self.position_scores(q_u, positions, self.bias_v - self.bias_u)
+            # Rows padded to a multiple of 8 elements (kernels want aligned rows; SDPA would copy otherwise).
+            mask = position_scores.new_empty(b, self.num_heads, t, -(-t // 8) * 8)[..., :t]
+            if key_mask is None:
+                mask.copy_(position_scores)
+            else:
+                # The most negative finite value, not -inf: a row with no real frame stays finite.
+                floor = mask.new_full((), torch.finfo(mask.dtype).min)
+                torch.where(key_mask[:, None, None, :], position_scores, floor, out=mask)
         out = F.scaled_dot_product_attention(q_u.transpose(1, 2), k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
+
+    def distance_keys(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions: [1, 2T-1, E] -> the scaled projected distances [H, D, W], W = 2T-1 rounded up to a
+        multiple of 8 (odd widths fall to slow unaligned GEMM kernels; the extra slots are zero)."""
+        num_slots = positions.shape[1]
+        width = -(-num_slots // 8) * 8
+        r = self.relative_k_proj(positions[0]) * self.head_dim**-0.5  # the scale goes on the small operand
+        return F.pad(r, (0, 0, 0, width - num_slots)).view(width, self.num_heads, self.head_dim).permute(1, 2, 0)
+
+    def position_mask(
+        self, q: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """q: [B, T, H, D] queries with u; positions: [1, 2T-1, E] -> SDPA's float mask [B, H, T, T] through
+        ``oasr.kernels.rel_position``: the multiply takes q as it is, and v - u comes in as a per-distance bias
+        ((v - u) . r, [H, W]) added while the kernel shifts and masks."""
+        b, t, h, d = q.shape
+        r = self.distance_keys(positions)
+        scores = torch.bmm(q.permute(2, 0, 1, 3).reshape(h, b * t, d), r)  # [H, B*T, W]
+        slot_bias = torch.einsum("hd,hdw->hw", (self.bias_v - self.bias_u).float(), r.float())
+        if key_mask is None:
+            key_mask = torch.ones(b, t, dtype=torch.bool, device=q.device)
+        return rel_position.position_mask(scores, slot_bias, key_mask)
 
     def position_scores(self, q: torch.Tensor, positions: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
         """q: [B, T, H, D] queries; positions: [1|B, 2T-1, E]; shift: [H, D] -> scaled (q + shift) . r scores
         [B, H, T, T] by (query, key), a strided view. (Given q + u, the shift v - u makes the position bias v.)
 
         With positions shared by the batch, each head is one matrix multiply over all B*T queries against the
-        2T-1 distances, padded to a multiple of 8 (odd widths fall to slow unaligned GEMM kernels). The scale
-        goes on the (small) projected positions.
+        distances (``distance_keys``).
         """
         b, t, h, d = q.shape
-        r = self.relative_k_proj(positions) * self.head_dim**-0.5  # [1|B, 2T-1, E]
         q_v = q + shift
         if positions.shape[0] != 1:
+            r = self.relative_k_proj(positions) * self.head_dim**-0.5  # [B, 2T-1, E]
             scores = q_v.transpose(1, 2) @ self.split_heads(r).transpose(-1, -2)  # [B, H, T, 2T-1]
             return relative_shift(scores)
-        num_slots = 2 * t - 1
-        width = -(-num_slots // 8) * 8
-        r = F.pad(r[0], (0, 0, 0, width - num_slots)).view(width, h, d).permute(1, 2, 0)  # [H, D, width]
+        r = self.distance_keys(positions)
+        width = r.shape[-1]
         # [H, B*T, D] is a view of q_v's [B, T, H, D] memory: batched GEMMs take strided operands.
         scores = torch.bmm(q_v.permute(2, 0, 1, 3).reshape(h, b * t, d), r)  # [H, B*T, width]
         # Query i of row b starts at its own distance slot T-1-i and moves one slot per key (Transformer-XL).
