@@ -1,12 +1,13 @@
-"""The Conformer convolution module's middle as one pass: GLU, padding mask, depthwise convolution, batch norm,
-activation.
+"""The Conformer convolution module's middle in two passes: torch's GLU, then one kernel for the padding mask,
+depthwise convolution, batch norm and activation.
 
 Between its two pointwise projections, the module in plain torch is seven passes over [B, T, C] activations
 (the GLU, zeroing padded frames, a transpose for the convolution, the convolution, batch norm, the activation,
-a transpose back). This kernel reads the first projection's [B, T, 2C] output once, in place (channels last,
-as the projection leaves it), and writes [B, T, C] ready for the second projection. Batch norm in inference is a
-per-channel affine, folded into the convolution's weights and bias (``fold_batch_norm``); the kernel takes them
-in float32 and accumulates in float32.
+a transpose back). Here the GLU's output is read channels last, as the projection leaves it, and the kernel
+writes [B, T, C] (or packed rows) ready for the second projection. Batch norm in inference is a per-channel
+affine, folded into the convolution's weights and bias (``fold_batch_norm``); the kernel takes them in float32
+and accumulates in float32. (The GLU is not fused into the kernel: gated per tap, its sigmoids cost more than
+the extra pass.)
 
 ``glu_depthwise_conv_reference`` is the same arithmetic in torch: the equivalence test compares the two, and it
 runs wherever Triton cannot (CPU tensors, activations the kernel does not have).
@@ -61,7 +62,8 @@ def supported(y: torch.Tensor, activation: str) -> bool:
 def glu_depthwise_conv(
     y: torch.Tensor, frames: FrameLayout, weight: torch.Tensor, bias: torch.Tensor, activation: str
 ) -> torch.Tensor:
-    """``glu_depthwise_conv_reference`` in one kernel where ``supported``; the reference elsewhere. A packed
+    """``glu_depthwise_conv_reference`` as torch's GLU and one kernel where ``supported``; the reference
+    elsewhere. A packed
     layout is read and written in place: the kernel finds each utterance's frames through its start and length.
     (Packed spare rows are left unwritten; padded frames of a padded layout are written, finite.)"""
     if not supported(y, activation):
@@ -70,12 +72,13 @@ def glu_depthwise_conv(
     channels, kernel = weight.shape
     if two_c != 2 * channels or kernel % 2 == 0:
         raise ValueError(f"expected y [..., 2C] with C = {channels} and an odd kernel, got {tuple(y.shape)}, K={kernel}")
-    y = y.contiguous()
-    out = torch.empty(*y.shape[:-1], channels, dtype=y.dtype, device=y.device)
+    # Gated first, one sigmoid per element; gating inside the kernel takes one per tap, and measured slower.
+    x = F.glu(y, dim=-1)
+    out = torch.empty(*x.shape[:-1], channels, dtype=x.dtype, device=x.device)
     block_t, block_c = 16, 128
     grid = (frames.lengths.shape[0], triton.cdiv(frames.num_frames, block_t), triton.cdiv(channels, block_c))
-    _glu_depthwise_conv_kernel[grid](
-        y, frames.starts, frames.lengths, weight, bias, out, frames.num_frames, channels,
+    _depthwise_conv_kernel[grid](
+        x, frames.starts, frames.lengths, weight, bias, out, frames.num_frames, channels,
         KERNEL=kernel, ACTIVATION=ACTIVATIONS[activation], PACKED=frames.is_packed, BLOCK_T=block_t,
         BLOCK_C=block_c,
     )
@@ -85,14 +88,14 @@ def glu_depthwise_conv(
 if triton is not None:
 
     @triton.jit
-    def _glu_depthwise_conv_kernel(
-        y_ptr, starts_ptr, lengths_ptr, w_ptr, b_ptr, out_ptr, num_frames, channels,
+    def _depthwise_conv_kernel(
+        x_ptr, starts_ptr, lengths_ptr, w_ptr, b_ptr, out_ptr, num_frames, channels,
         KERNEL: tl.constexpr, ACTIVATION: tl.constexpr, PACKED: tl.constexpr, BLOCK_T: tl.constexpr,
         BLOCK_C: tl.constexpr,
     ):
-        # One (utterance, BLOCK_T frames, BLOCK_C channels) tile per program; each tap reloads and re-gates its
-        # input frames from cache. (Gating each frame once, in a register ring walked frame by frame, measured
-        # slower: the walk is sequential.) Frame t of utterance b is flattened frame starts[b] + t.
+        # One (utterance, BLOCK_T frames, BLOCK_C channels) tile per program; each tap reloads its input frames
+        # (from cache after the first). Frame t of utterance b is flattened frame starts[b] + t; frames outside
+        # the utterance read as zero.
         row = tl.program_id(0)
         start = tl.load(starts_ptr + row).to(tl.int64)
         length = tl.load(lengths_ptr + row)
@@ -107,11 +110,9 @@ if triton is not None:
             for k in tl.static_range(KERNEL):
                 src = t + (k - KERNEL // 2)
                 m = ((src >= 0) & (src < length))[:, None] & c_ok[None, :]
-                at = y_ptr + (start + src)[:, None] * (2 * channels) + c[None, :]
-                value = tl.load(at, mask=m, other=0.0).to(tl.float32)
-                gate = tl.load(at + channels, mask=m, other=0.0).to(tl.float32)
                 w = tl.load(w_ptr + c * KERNEL + k, mask=c_ok, other=0.0)
-                acc += value * tl.sigmoid(gate) * w[None, :]
+                at = x_ptr + (start + src)[:, None] * channels + c[None, :]
+                acc += tl.load(at, mask=m, other=0.0).to(tl.float32) * w[None, :]
             acc += tl.load(b_ptr + c, mask=c_ok, other=0.0)[None, :]
             if ACTIVATION == 1:
                 acc = acc * tl.sigmoid(acc)
