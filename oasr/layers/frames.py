@@ -1,7 +1,7 @@
 """Where a batch's real frames live: padded to the longest row, or packed row after row.
 
 An encoder layer's position-wise work (feed-forwards, projections, norms, residual adds) treats every frame
-alike, so on a padded batch it computes the padded frames too. For a batch of mixed lengths that is a sixth or
+alike, so on a padded batch it computes the padded frames too; for a batch of mixed lengths that can be a sixth or
 more of the work. ``FrameLayout.packed`` keeps only the real frames, [rows, C] with each utterance's frames
 contiguous, and gives the layers that mix frames (attention, convolution) a padded view where they need one:
 ``unpack`` gathers [B, T, C] (every padded frame a copy of some real frame, so finite) and ``pack`` gathers
