@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import oasr
 from oasr.audio import load_audio
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.ctc_greedy import greedy_ids
