@@ -21,7 +21,7 @@ from oasr.layers.backend import KernelGap
 # conv_subsampling: FastConformer's strided 2-D convolutions and their ReLUs, channels last, the first conv fused
 # into the first depthwise conv (oasr.kernels.subsampling); its pointwise convs are matrix multiplies.
 # rel_pos_attention: the Transformer-XL position term shifted, biased with v and masked into SDPA's float mask in
-# one pass (oasr.kernels.rel_position); the attention itself stays SDPA (the "attention" gap).
+# one pass (oasr.kernels.rel_position); the attention itself stays SDPA, so the op is also listed among the gaps.
 KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
