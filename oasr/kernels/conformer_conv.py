@@ -63,9 +63,9 @@ def glu_depthwise_conv(
     y: torch.Tensor, frames: FrameLayout, weight: torch.Tensor, bias: torch.Tensor, activation: str
 ) -> torch.Tensor:
     """``glu_depthwise_conv_reference`` as torch's GLU and one kernel where ``supported``; the reference
-    elsewhere. A packed
-    layout is read and written in place: the kernel finds each utterance's frames through its start and length.
-    (Packed spare rows are left unwritten; padded frames of a padded layout are written, finite.)"""
+    elsewhere. A packed layout is read and written in place: the kernel finds each utterance's frames through its
+    start and length. (Packed spare rows are left unwritten; padded frames of a padded layout are written,
+    finite.)"""
     if not supported(y, activation):
         return glu_depthwise_conv_reference(y, frames, weight, bias, activation)
     two_c = y.shape[-1]

@@ -23,10 +23,19 @@ except ImportError:  # the torch reference serves
     triton = None
 
 
-def _mask_buffer(batch: int, heads: int, frames: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """[B, H, T, T] view of a buffer whose rows are padded to a multiple of 8 elements (SDPA copies unaligned
-    masks)."""
+def mask_buffer(batch: int, heads: int, frames: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An empty [B, H, T, T] mask: a view of a buffer whose rows are padded to a multiple of 8 elements (SDPA
+    copies unaligned masks)."""
     return torch.empty(batch, heads, frames, -(-frames // 8) * 8, dtype=dtype, device=device)[..., :frames]
+
+
+def shifted(scores: torch.Tensor, batch: int) -> torch.Tensor:
+    """Contiguous [H, B*T, W] scores by (query, distance slot) -> a [B, H, T, T] view by (query, key): query i
+    of each row starts at its own slot T-1-i and moves one slot per key (the Transformer-XL shift)."""
+    heads, rows, width = scores.shape
+    frames = rows // batch
+    strides = (frames * width, rows * width, width - 1, 1)
+    return scores.as_strided((batch, heads, frames, frames), strides, scores.storage_offset() + frames - 1)
 
 
 def position_mask_reference(
@@ -36,14 +45,11 @@ def position_mask_reference(
     slot_bias: float32 [H, W]; key_mask: bool [B, T] (True = a real key)
     -> [B, H, T, T] in scores' dtype: scores shifted to (query, key) plus the bias of the pair's slot, and the
     dtype's most negative finite value at padded keys (finite, so a row with no real key stays finite)."""
-    heads, rows, width = scores.shape
     batch, frames = key_mask.shape
-    total = (scores.float() + slot_bias[:, None, :]).contiguous()
-    strides = (frames * width, rows * width, width - 1, 1)
-    shifted = total.as_strided((batch, heads, frames, frames), strides, frames - 1)
+    total = shifted((scores.float() + slot_bias[:, None, :]).contiguous(), batch)
     floor = torch.finfo(scores.dtype).min
-    out = _mask_buffer(batch, heads, frames, scores.dtype, scores.device)
-    return out.copy_(torch.where(key_mask[:, None, None, :], shifted, floor))
+    out = mask_buffer(batch, scores.shape[0], frames, scores.dtype, scores.device)
+    return out.copy_(torch.where(key_mask[:, None, None, :], total, floor))
 
 
 def supported(scores: torch.Tensor) -> bool:
@@ -60,7 +66,7 @@ def position_mask(scores: torch.Tensor, slot_bias: torch.Tensor, key_mask: torch
         raise ValueError(f"scores {tuple(scores.shape)} and slot_bias {tuple(slot_bias.shape)} do not fit "
                          f"{batch} rows of {frames} frames")
     scores, slot_bias, key_mask = scores.contiguous(), slot_bias.contiguous(), key_mask.contiguous()
-    out = _mask_buffer(batch, heads, frames, scores.dtype, scores.device)
+    out = mask_buffer(batch, heads, frames, scores.dtype, scores.device)
     block_i, block_j = 16, 128
     grid = (batch * heads, triton.cdiv(frames, block_i))
     _position_mask_kernel[grid](

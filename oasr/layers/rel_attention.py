@@ -94,8 +94,7 @@ class RelPositionMultiHeadAttention(nn.Module):
             mask = self.position_mask(q_u, positions, key_mask)
         else:
             position_scores = self.position_scores(q_u, positions, self.bias_v - self.bias_u)
-            # Rows padded to a multiple of 8 elements (kernels want aligned rows; SDPA would copy otherwise).
-            mask = position_scores.new_empty(b, self.num_heads, t, -(-t // 8) * 8)[..., :t]
+            mask = rel_position.mask_buffer(b, self.num_heads, t, position_scores.dtype, position_scores.device)
             if key_mask is None:
                 mask.copy_(position_scores)
             else:
@@ -140,10 +139,6 @@ class RelPositionMultiHeadAttention(nn.Module):
             r = self.relative_k_proj(positions) * self.head_dim**-0.5  # [B, 2T-1, E]
             scores = q_v.transpose(1, 2) @ self.split_heads(r).transpose(-1, -2)  # [B, H, T, 2T-1]
             return relative_shift(scores)
-        r = self.distance_keys(positions)
-        width = r.shape[-1]
         # [H, B*T, D] is a view of q_v's [B, T, H, D] memory: batched GEMMs take strided operands.
-        scores = torch.bmm(q_v.permute(2, 0, 1, 3).reshape(h, b * t, d), r)  # [H, B*T, width]
-        # Query i of row b starts at its own distance slot T-1-i and moves one slot per key (Transformer-XL).
-        strides = (t * width, b * t * width, width - 1, 1)
-        return scores.as_strided((b, h, t, t), strides, scores.storage_offset() + t - 1)
+        scores = torch.bmm(q_v.permute(2, 0, 1, 3).reshape(h, b * t, d), self.distance_keys(positions))
+        return rel_position.shifted(scores, b)
