@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oasr.engine.offline import AudioInput, OfflineTranscriber
+from oasr.transcription.offline import AudioInput, OfflineTranscriber
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel, from_pretrained
 from oasr.types import LongForm, Task, Transcription, TranscribeOptions

@@ -23,7 +23,7 @@ from oasr.bench.run import BenchItem, load_manifest
 from oasr.bench.wer import word_error_rate
 from oasr.engine.config import CacheConfig, EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.offline import engine_config_for
+from oasr.transcription.offline import engine_config_for
 from oasr.models.loader import LoadedModel, from_pretrained
 from oasr.types import DecodeOptions, TranscribeOptions
 

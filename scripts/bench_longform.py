@@ -24,7 +24,7 @@ from speech_data import audio_path, manifest_entries
 import oasr
 from oasr.audio import load_audio
 from oasr.bench.wer import word_error_rate
-from oasr.engine.offline import OfflineTranscriber
+from oasr.transcription.offline import OfflineTranscriber
 from oasr.types import TranscribeOptions
 
 SKIP = ("_24bit", "_32bit", "_wav16k", "_8k", "_44k", "stereo_diarization")

@@ -11,8 +11,8 @@ import torch
 
 import oasr
 from oasr.cli import main
-from oasr.engine.offline import engine_config_for
-from oasr.engine.sequential import LongFormCursor
+from oasr.transcription.offline import engine_config_for
+from oasr.transcription.sequential import LongFormCursor
 from oasr.types import FallbackOptions, TranscribeOptions
 from openai_whisper_reference import openai_whisper_from
 from speech_data import clips

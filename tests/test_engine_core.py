@@ -31,8 +31,8 @@ from oasr.engine.core_protocol import (
 )
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import FinishReason
-from oasr.engine.results import decoded_window
-from oasr.engine.words import alignment_rows
+from oasr.transcription.results import decoded_window
+from oasr.transcription.words import alignment_rows
 from oasr.models.whisper.alignment import AlignmentRow, TextSpan
 from oasr.types import DecodeOptions
 from serving_harness import SMALL_ENGINE

@@ -15,7 +15,7 @@ import torch
 from oasr.api import transcribe
 from oasr.bench.wer import word_error_rate
 from oasr.engine.engine import ASREngine
-from oasr.engine.sequential import SequentialTranscriber
+from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import UnsupportedOptionError
 from oasr.types import DecodeOptions, FallbackOptions, TranscribeOptions, Transcription
 from openai_whisper_reference import openai_whisper_from

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from oasr.engine.request import RequestOutput, RequestTimings
-from oasr.engine.sequential import LongFormCursor
+from oasr.transcription.sequential import LongFormCursor
 from oasr.models.whisper.words import WordTiming
 from oasr.types import FallbackOptions, TranscribeOptions
 

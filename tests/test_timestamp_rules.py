@@ -11,8 +11,8 @@ import torch
 
 from oasr.decode.aed_greedy import sample
 from oasr.decode.timestamp_rules import TimestampRules, TimestampState, TimestampTokens
-from oasr.engine.segments import compression_ratio, split_window, unfinished_tail
-from oasr.engine.sequential import is_silence, needs_fallback
+from oasr.transcription.segments import compression_ratio, split_window, unfinished_tail
+from oasr.transcription.sequential import is_silence, needs_fallback
 from oasr.types import FallbackOptions
 
 # tiny.en's vocabulary: 51864 ids, <|endoftext|> 50256, <|notimestamps|> 50362, timestamps from 50363.

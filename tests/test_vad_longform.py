@@ -11,7 +11,7 @@ from speech_data import audio_path, manifest_entries, require_speech_data
 
 from oasr.audio import load_audio
 from oasr.bench.wer import normalizer, word_error_rate
-from oasr.engine.offline import OfflineTranscriber
+from oasr.transcription.offline import OfflineTranscriber
 from oasr.types import TranscribeOptions
 
 pytest.importorskip("silero_vad", reason="the silero-vad package (test extra) holds the VAD weights")

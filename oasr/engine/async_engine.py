@@ -21,7 +21,7 @@ import numpy as np
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine, EngineStats
 from oasr.engine.request import RequestOutput
-from oasr.engine.words import align_windows, supports_word_timestamps
+from oasr.transcription.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.alignment import AlignmentRow
@@ -122,7 +122,7 @@ class AsyncEngine:
                 self._inbox.put(("abort", request_id))
 
     async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[list[Word]]:
-        """The words of one input's decoded windows (``oasr.engine.words``), computed on the loop thread."""
+        """The words of one input's decoded windows (``oasr.transcription.words``), computed on the loop thread."""
         if self._error is not None:
             raise EngineDeadError(f"engine stopped: {self._error}")
         future = asyncio.get_running_loop().create_future()

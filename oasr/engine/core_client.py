@@ -241,7 +241,7 @@ class EngineCoreClient:
             raise UnsupportedOptionError(error)
 
     async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[tuple[Word, ...]]:
-        """The words of one input's decoded windows (``oasr.engine.words``), computed in the core."""
+        """The words of one input's decoded windows (``oasr.transcription.words``), computed in the core."""
         num_samples = tuple(len(a) for a in audio)
         samples = np.concatenate(audio).astype(np.float32, copy=False) if audio else np.zeros(0, np.float32)
         return await self._call(lambda call_id: AlignWords(call_id, tuple(rows), num_samples), samples)

@@ -45,7 +45,7 @@ from oasr.engine.core_protocol import (
 )
 from oasr.engine.engine import ASREngine, EngineStats
 from oasr.engine.request import RequestOutput
-from oasr.engine.words import align_windows, supports_word_timestamps
+from oasr.transcription.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError, UnsupportedOptionError
 
 log = logging.getLogger(__name__)

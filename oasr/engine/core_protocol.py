@@ -75,7 +75,7 @@ class CheckOptions:
 
 @dataclass(frozen=True)
 class AlignWords:
-    """Word timestamps for one input's decoded windows (``oasr.engine.words``), one row per window, in order.
+    """Word timestamps for one input's decoded windows (``oasr.transcription.words``), one row per window, in order.
     The windows' audio travels as one second frame, concatenated, ``num_samples`` of it per window."""
 
     call_id: int

@@ -7,7 +7,7 @@ import contextlib
 
 import numpy as np
 
-from oasr.engine.offline import split_windows
+from oasr.transcription.offline import split_windows
 from oasr.engine.request import RequestOutput
 from oasr.serving.engine_client import EngineClient
 from oasr.types import DecodeOptions

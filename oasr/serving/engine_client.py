@@ -34,7 +34,7 @@ class EngineClient(Protocol):
         """Raises ``UnsupportedOptionError`` for options the model cannot serve."""
 
     async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> Sequence[Sequence[Word]]:
-        """The words of one input's decoded windows, one row each (``oasr.engine.words.alignment_rows``), from
+        """The words of one input's decoded windows, one row each (``oasr.transcription.words.alignment_rows``), from
         each window's audio; times from the input's start. Raises ``EngineDeadError`` when the engine has
         stopped."""
 

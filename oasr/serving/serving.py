@@ -14,7 +14,7 @@ the server answers the same text as offline on the same options:
   while the server decodes its windows independently and at once; a retried window would also take back text
   already streamed, and offline parallel decoding has no fallback either.
 - ``timestamp_granularities`` ``word`` (verbose_json): once every window is decoded, the engine aligns their
-  tokens to the audio (``oasr.engine.words``: one more encoder pass, the alignment heads' cross-attention, DTW)
+  tokens to the audio (``oasr.transcription.words``: one more encoder pass, the alignment heads' cross-attention, DTW)
   and the answer carries ``words``; ``segment`` gives segments from timestamp tokens.
 A model that cannot serve a field (a CTC or transducer model takes no prompt, does not sample, has no word
 timestamps) refuses it with a 400 naming the field.
@@ -39,10 +39,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from oasr.audio import audio_duration
 from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
-from oasr.engine.offline import to_samples
+from oasr.transcription.offline import to_samples
 from oasr.engine.request import RequestOutput
-from oasr.engine.results import DecodedWindow, assemble, decoded_window, with_words
-from oasr.engine.words import alignment_rows
+from oasr.transcription.results import DecodedWindow, assemble, decoded_window, with_words
+from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.serving.decoding import OrderedText, WindowedDecode
 from oasr.serving.engine_client import EngineClient

@@ -6,7 +6,7 @@ from __future__ import annotations
 import zlib
 
 from oasr.audio import SAMPLE_RATE
-from oasr.engine.results import DecodedWindow
+from oasr.transcription.results import DecodedWindow
 from oasr.serving.protocol import VerboseSegment, VerboseWord
 from oasr.types import DecodeOptions, Segment
 

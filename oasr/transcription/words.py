@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oasr.engine.results import DecodedWindow
+from oasr.transcription.results import DecodedWindow
 from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.alignment import HOP_LENGTH, AlignmentRow, frames_of, word_timings

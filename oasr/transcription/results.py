@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from oasr.audio import SAMPLE_RATE
-from oasr.engine.segments import TokenSpan, compression_ratio, split_window, unfinished_tail
+from oasr.transcription.segments import TokenSpan, compression_ratio, split_window, unfinished_tail
 from oasr.types import Segment, Transcription, Word
 
 

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from oasr.audio import SAMPLE_RATE, audio_duration
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import RequestOutput
-from oasr.engine.results import segment_of
-from oasr.engine.segments import (
+from oasr.transcription.results import segment_of
+from oasr.transcription.segments import (
     FRAMES_PER_SECOND,
     HOP_SAMPLES,
     compression_ratio,

@@ -4,7 +4,7 @@ Audio is decoded on worker threads ahead of the engine (libsndfile, FFmpeg and s
 GPU is not left waiting on file I/O. With ``long_form="parallel"`` audio longer than one window is cut into
 consecutive 30 s windows, or, with ``TranscribeOptions.vad``, into windows cut at the silences a VAD detector
 finds (``oasr.vad.planner``; planned on the same worker threads), all decoded in one batch and joined;
-``"sequential"`` hands the inputs to ``oasr.engine.sequential`` (openai-whisper's seek loop).
+``"sequential"`` hands the inputs to ``oasr.transcription.sequential`` (openai-whisper's seek loop).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import RequestOutput
-from oasr.engine.results import DecodedWindow, assemble, decoded_span, with_words
-from oasr.engine.sequential import SequentialTranscriber
+from oasr.transcription.results import DecodedWindow, assemble, decoded_span, with_words
+from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
@@ -180,7 +180,7 @@ class OfflineTranscriber:
     def _with_words(self, windows: list[DecodedWindow], audio: list[np.ndarray]) -> list[DecodedWindow]:
         """Aligns each window's tokens to its audio (all windows of the input batched; each window's encoder
         output is computed again, as the engine has freed it by now)."""
-        from oasr.engine.words import align_windows, alignment_rows
+        from oasr.transcription.words import align_windows, alignment_rows
 
         rows = alignment_rows(windows, audio, self.options.task, self.loaded.features.config.n_samples)
         words = align_windows(self.loaded, rows, audio)
