@@ -18,6 +18,8 @@ from oasr.layers.backend import KernelGap
 # layer_norm: a residual add and the LayerNorm after it (LayerNorm.add_forward; oasr.kernels.layer_norm).
 # paged_attention: a decoder's self-attention for one new token per row over the engine's paged pool, with the
 # new key and value stored in the same pass (CachedSelfAttention; oasr.kernels.paged_attention).
+# paged_cross_attention: a decoder's attention for one new token per row to its encoder positions, read in place
+# from the engine's paged cross-attention pool (CrossAttention; oasr.kernels.paged_attention).
 # conv_subsampling: FastConformer's strided 2-D convolutions and their ReLUs, channels last, the first conv fused
 # into the first depthwise conv (oasr.kernels.subsampling); its pointwise convs are matrix multiplies.
 # rel_pos_attention: the Transformer-XL position term shifted, biased with v and masked into SDPA's float mask in
@@ -26,6 +28,7 @@ KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
     "paged_attention": (),
+    "paged_cross_attention": (),
     "conv_subsampling": ("conv2d", "relu"),
     "rel_pos_attention": (),
 })

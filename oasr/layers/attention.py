@@ -16,7 +16,7 @@ from torch import nn
 from oasr.layers.basic import Linear
 
 if TYPE_CHECKING:
-    from oasr.layers.cache import SelfAttentionCache
+    from oasr.layers.cache import CrossAttentionCache, SelfAttentionCache
 
 
 def sdpa(
@@ -112,3 +112,16 @@ class CachedSelfAttention(MultiHeadAttention):
         """x: [B, T, E] new tokens; ``layer``: which of the cache's layers -> [B, T, E]."""
         q, (k, v) = self.project_q(x), self.project_kv(x)
         return self.project_out(cache.attend(layer, q, k, v, use_kernel=self.use_kernel))
+
+
+class CrossAttention(MultiHeadAttention):
+    """A decoder's attention to the encoder through a ``CrossAttentionCache`` (same parameters as
+    ``MultiHeadAttention``): the keys and values were projected once per request (``project_kv_into``); each step
+    projects its queries and the cache attends them."""
+
+    KERNEL_OP: ClassVar[str] = "paged_cross_attention"
+    use_kernel = False  # set by oasr.layers.apply_backend
+
+    def forward_cross(self, x: torch.Tensor, cross: CrossAttentionCache, layer: int) -> torch.Tensor:
+        """x: [B, T, E] decoder states; ``layer``: which of the cache's layers -> [B, T, E]."""
+        return self.project_out(cross.attend(layer, self.project_q(x), use_kernel=self.use_kernel))
