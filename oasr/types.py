@@ -53,6 +53,8 @@ class TranscribeOptions:
 
     language: str | None = None
     task: Task = "transcribe"
+    target_language: str | None = None  # see DecodeOptions
+    punctuation: bool = True
     batch_size: int = 16
     vad: str | None = None  # a registered VAD detector (oasr.vad): long audio is cut at its silences, not every 30 s
     word_timestamps: bool = False  # fill ``Segment.words`` (Whisper checkpoints; costs one more encoder pass)
@@ -93,6 +95,10 @@ class DecodeOptions:
 
     language: str | None = None
     task: Task = "transcribe"
+    # The language to write (models that translate between many, as Canary): None = the source language, or
+    # English for ``task="translate"``.
+    target_language: str | None = None
+    punctuation: bool = True  # punctuation and capitals, on models that can leave them out (Canary's <|nopnc|>)
     max_new_tokens: int | None = None  # default: whatever the decoder's positions allow
     min_new_tokens: int = 0  # end-of-text is suppressed before this many tokens (fixed-length benchmarks)
     timestamps: bool = False  # decode timestamp tokens (openai-whisper's rules) instead of <|notimestamps|>
@@ -117,13 +123,13 @@ class DecodeOptions:
         if self.beam_size is not None and self.temperature > 0:
             raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "
                              "(sample with beam_size=None)")
+        if self.prompt is not None and self.prompt_token_ids:
+            raise ValueError("give the prompt as text or as token ids, not both")
 
     @property
     def num_decode_rows(self) -> int:
         """Decode rows (and self-attention caches) a request with these options holds while it decodes."""
         return self.beam_size or 1
-        if self.prompt is not None and self.prompt_token_ids:
-            raise ValueError("give the prompt as text or as token ids, not both")
 
 
 @dataclass(frozen=True)
