@@ -105,7 +105,7 @@ def test_cross_attention_k_v_land_in_each_slot_whether_projected_in_place_or_cop
     scratch buffer and a word-wise copy. Both must leave each slot holding its own row's K/V."""
     import torch
 
-    from oasr.engine.scheduler import EncodeRow
+    from oasr.engine.step import EncodeRow
 
     engine = ASREngine(tiny_en, EngineConfig(scheduler=SchedulerConfig(max_num_seqs=8)))
     runner, model = engine.runner, tiny_en.model
@@ -115,11 +115,12 @@ def test_cross_attention_k_v_land_in_each_slot_whether_projected_in_place_or_cop
         want_k, want_v = model.cross_kv(encoded)  # [layers, B, H, S, D]
         for slots in [((2,), (3,), (4,)), ((6,), (1,), (4, 0))]:  # consecutive; scattered, one row of two beams
             rows = tuple(EncodeRow(f"r{i}", s, tuple(() for _ in s)) for i, s in enumerate(slots))
-            got_k, got_v = runner._project_cross(rows, encoded)
-            assert torch.allclose(got_k, want_k, atol=1e-5) and torch.allclose(got_v, want_v, atol=1e-5)
+            lengths = torch.full((3,), model.config.max_source_positions)
+            got = runner.cross.write(model, rows, encoded, lengths)
+            assert torch.allclose(got.k, want_k, atol=1e-5) and torch.allclose(got.v, want_v, atol=1e-5)
+            stored = runner.cross.context(runner.num_slots)
             for i, row in enumerate(rows):
                 for slot in row.slots:
-                    stored_k = model.split_cross(runner.cross_k[:, slot : slot + 1])[:, 0]
-                    stored_v = model.split_cross(runner.cross_v[:, slot : slot + 1])[:, 0]
+                    stored_k, stored_v = stored.k[:, slot], stored.v[:, slot]
                     assert torch.allclose(stored_k, want_k[:, i], atol=1e-5), (slots, slot)
                     assert torch.allclose(stored_v, want_v[:, i], atol=1e-5), (slots, slot)

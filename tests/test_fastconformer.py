@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.models.capabilities import capabilities_of
 from oasr.decode.ctc_prefix_beam import CTCPrefixBeamOptions, prefix_beam_search
 from oasr.models import ARCHITECTURES
 from oasr.models.converters.native import save_native
@@ -57,7 +58,7 @@ def pair(request, tmp_path_factory) -> Pair:
 
 
 def greedy(loaded: LoadedModel, features_: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
-    strategy = DECODE_STRATEGIES.get(loaded.model.default_decode_strategy)()
+    strategy = DECODE_STRATEGIES.get(capabilities_of(type(loaded.model)).default_strategy)()
     with torch.inference_mode():
         return strategy.decode(loaded.model, loaded.model.encode(features_, lengths))
 

@@ -12,6 +12,7 @@ import oasr
 from oasr.audio import load_audio
 from oasr.cli import main
 from oasr.decode import DECODE_STRATEGIES
+from oasr.models.capabilities import capabilities_of
 from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import from_pretrained
 from parakeet_reference import build_reference, write_tokenizer
@@ -31,7 +32,7 @@ def model_dir(request, tmp_path_factory) -> Path:
 def direct_decode(loaded, audio) -> list[list[int]]:
     """The strategy run by hand on the extractor's batch: what the engine must reproduce."""
     features, lengths = loaded.features(audio)
-    strategy = DECODE_STRATEGIES.get(loaded.model.default_decode_strategy)()
+    strategy = DECODE_STRATEGIES.get(capabilities_of(type(loaded.model)).default_strategy)()
     with torch.inference_mode():
         return strategy.decode(loaded.model, loaded.model.encode(features, lengths))
 

@@ -120,3 +120,20 @@ def test_beam_ticks_beside_captured_greedy_ticks_agree_with_an_eager_engine() ->
     greedy_only = ASREngine(loaded, base)
     list(greedy_only.run((c.id, c.audio, DecodeOptions()) for c in short))
     assert greedy_only.runner._graphs  # without beam rows the decode step is captured
+
+
+def test_the_offline_engine_runs_twice_in_one_process_while_the_stager_pins_audio(english_audio) -> None:
+    """Decode graphs used to be captured inside live steps while the stager's worker pinned host memory, and a
+    capture so disturbed failed the run (cudaErrorStreamCaptureInvalidated). The greedy graphs are now captured
+    at engine start and every capture is isolated from other threads: two engines in a row, with timestamps
+    (a graph captured during the run) and greedy, give the same results."""
+    _, audio = english_audio
+    loaded = from_pretrained("tiny.en", device="cuda", dtype="float16")
+    clips = audio * 4  # more than two encode batches wait: the stager has work while steps run
+    runs = []
+    for _ in range(2):
+        plain = [r.token_ids for r in transcribe(clips, loaded, batch_size=16)]
+        timed = [r.token_ids for r in transcribe(clips, loaded, batch_size=16, timestamps=True)]
+        runs.append((plain, timed))
+    assert runs[0] == runs[1]
+    assert all(runs[0][0]) and any(t != p for t, p in zip(runs[0][1], runs[0][0]))

@@ -8,7 +8,8 @@ import textwrap
 import pytest
 import torch
 
-from oasr.engine.kv_cache import KVShape, PagedKVPool, paged_context
+from oasr.engine.kv_cache import PagedKVPool, paged_context
+from oasr.models.base import DecoderSpec
 from oasr.kernels.paged_attention import paged_decode_attention, paged_decode_attention_reference
 from test_kernels import worst_error_interpreted
 
@@ -42,7 +43,7 @@ def test_paged_decode_attention_kernel_equals_its_reference_in_the_interpreter()
 
 def filled_pool(layers: int, heads: int, dim: int, block_size: int, blocks: int, device: str = "cpu",
                 dtype: torch.dtype = torch.float32) -> PagedKVPool:
-    pool = PagedKVPool(KVShape(layers, heads, dim, cross_len=1), blocks, block_size, dtype, torch.device(device))
+    pool = PagedKVPool(DecoderSpec(layers, heads, heads, dim, blocks * block_size, None), blocks, block_size, dtype, torch.device(device))
     pool.k.normal_()
     pool.v.normal_()
     return pool
@@ -81,3 +82,61 @@ def test_paged_decode_attention_kernel_equals_its_reference_on_cuda(dtype: torch
         want = paged_decode_attention_reference(q, k, v, pool.k[0], pool.v[0], table, positions, block_size)
         assert (got.float() - want.float()).abs().max().item() < tolerance
         assert torch.equal(pools[0], pool.k[0]) and torch.equal(pools[1], pool.v[0])
+
+
+_CROSS_INTERPRETED = textwrap.dedent("""
+    import torch
+    from oasr.kernels.paged_attention import paged_cross_attention, paged_cross_attention_reference
+    torch.manual_seed(0)
+    worst = 0.0
+    # Lengths: a whole table, one position, mid-block, none (an idle slot); tiles smaller and larger than blocks.
+    for b, h, d, block_size, nb in [(4, 3, 16, 4, 3), (3, 2, 32, 16, 2), (2, 1, 64, 8, 5)]:
+        k_pool = torch.randn((1 + b * nb) * block_size, h, d)
+        v_pool = torch.randn_like(k_pool)
+        table = (1 + torch.randperm(b * nb)).view(b, nb)
+        lengths = torch.tensor([nb * block_size, 1, block_size + block_size // 2, 0][:b])
+        q = torch.randn(b, h, d)
+        got = paged_cross_attention(q, k_pool, v_pool, table, lengths, block_size)
+        want = paged_cross_attention_reference(q, k_pool, v_pool, table, lengths, block_size)
+        worst = max(worst, (got - want).abs().max().item())
+    print(worst)
+""")
+
+
+def test_paged_cross_attention_kernel_equals_its_reference_in_the_interpreter() -> None:
+    assert worst_error_interpreted(_CROSS_INTERPRETED) < 1e-5
+
+
+def test_paged_cross_reads_what_dense_cross_attention_reads() -> None:
+    """The engine's paged cross-attention store, written from a batch of different encoder lengths, attends as
+    dense cross-attention with a length mask does; beams of one request share its blocks."""
+    from oasr.engine.cross_cache import PagedCrossStore
+    from oasr.engine.step import EncodeRow
+    from oasr.layers.cache import DenseCross
+    from oasr.models.base import CrossSpec
+
+    class Projector:  # cross_kv_into of a model whose K and V are the hidden states, scaled
+        def cross_kv_into(self, hidden, k_out, v_out):
+            for layer in range(k_out.shape[0]):
+                k_out[layer].copy_(hidden * (layer + 1))
+                v_out[layer].copy_(-hidden * (layer + 1))
+
+    torch.manual_seed(2)
+    layers, heads, dim, block = 2, 2, 4, 4
+    spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=12, fixed=False))
+    store = PagedCrossStore(spec, num_blocks=12, block_size=block, num_slots=5, dtype=torch.float32,
+                            device=torch.device("cpu"))
+    hidden = torch.randn(2, 10, heads * dim)
+    lengths = torch.tensor([10, 3])
+    rows = (EncodeRow("a", (3,), ((),), (5, 2, 9)), EncodeRow("b", (0, 4), ((), ()), (7,)))
+    store.write(Projector(), rows, hidden, lengths)
+    k = torch.stack([(hidden * (i + 1)).unflatten(-1, (heads, dim)).transpose(1, 2) for i in range(layers)])
+    dense = DenseCross(k, -k, lengths)
+    q = torch.randn(2, heads, 1, dim)
+    for layer in range(layers):
+        want = dense.attend(layer, q)
+        for slot, row in ((3, 0), (0, 1), (4, 1)):
+            got = store.context(5).attend(layer, q[row : row + 1].expand(5, -1, -1, -1))[slot]
+            assert torch.allclose(got, want[row], atol=1e-6), (layer, slot)
+    store.release([3])
+    assert store.lengths[3] == 0 and store.table[3].eq(0).all()

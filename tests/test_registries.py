@@ -13,7 +13,8 @@ from oasr.decode import DECODE_STRATEGIES
 from oasr.features import FEATURE_EXTRACTORS
 from oasr.layers import apply_backend, kernel_gaps
 from oasr.models import ARCHITECTURES, CONVERTERS
-from oasr.models.base import DECODE_FAMILIES
+from oasr.engine.runners import RUNNERS
+from oasr.models.capabilities import capabilities_of
 from oasr.registry import Registry, UnknownEntryError
 from oasr.tokenizers import TOKENIZERS
 
@@ -33,8 +34,10 @@ def test_every_architecture_has_a_tiny_config_that_builds_and_runs(name: str) ->
         out = model(*arch.example_inputs(config, batch_size=2))
     assert out.shape[0] == 2
     assert torch.isfinite(out).all()
-    assert arch.decode_family in DECODE_FAMILIES
-    assert arch.default_decode_strategy in DECODE_STRATEGIES
+    capabilities = capabilities_of(arch)
+    assert capabilities.runner in RUNNERS
+    for strategy in capabilities.decode_strategies:
+        assert DECODE_STRATEGIES.get(strategy).runner == capabilities.runner, (name, strategy)
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES.names())
@@ -71,24 +74,29 @@ def test_kernels_backend_reports_its_gaps_instead_of_falling_back_silently(caplo
         apply_backend(model, "cuda-magic")
 
 
-@pytest.mark.parametrize("registry", [ARCHITECTURES, CONVERTERS, FEATURE_EXTRACTORS, TOKENIZERS, DECODE_STRATEGIES])
+@pytest.mark.parametrize("registry", [ARCHITECTURES, CONVERTERS, FEATURE_EXTRACTORS, TOKENIZERS, DECODE_STRATEGIES,
+                                      RUNNERS])
 def test_every_lazy_entry_resolves(registry: Registry) -> None:
     assert registry.names()
     for name in registry.names():
         assert registry.get(name) is not None
 
 
-def test_decode_strategies_declare_what_they_consume() -> None:
-    for _, strategy in DECODE_STRATEGIES.items():
-        assert strategy.consumes in ("encoder_hidden_states", "log_probs")
-        assert isinstance(strategy.incremental, bool)
+def test_every_registered_decode_strategy_is_reachable_from_an_architecture() -> None:
+    reachable = {s for _, arch in ARCHITECTURES.items() for s in capabilities_of(arch).decode_strategies}
+    assert set(DECODE_STRATEGIES.names()) - reachable == set()
 
 
-def test_declared_beam_strategies_are_registered_beam_steps() -> None:
-    declared = [arch.beam_decode_strategy for _, arch in ARCHITECTURES.items() if hasattr(arch, "beam_decode_strategy")]
-    assert declared  # Whisper declares one
-    for name in declared:
-        assert callable(getattr(DECODE_STRATEGIES.get(name), "select", None)), name
+def test_every_runner_kind_serves_an_architecture() -> None:
+    served = {capabilities_of(arch).runner for _, arch in ARCHITECTURES.items()}
+    assert set(RUNNERS.names()) == served
+
+
+def test_a_searching_strategy_is_what_serves_beam_size() -> None:
+    beams = {name: capabilities_of(arch).beam_strategy for name, arch in ARCHITECTURES.items()}
+    assert beams["whisper"] == "aed_beam" and beams["parakeet_ctc"] == "ctc_prefix_beam"
+    for strategy in filter(None, beams.values()):
+        assert DECODE_STRATEGIES.get(strategy).searches
 
 
 def test_unknown_entry_names_the_registered_ones() -> None:

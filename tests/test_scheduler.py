@@ -10,7 +10,8 @@ import pytest
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import SchedulerConfig
 from oasr.engine.request import FinishReason, Request
-from oasr.engine.scheduler import EncodeResult, RunnerOutput, Scheduler, SchedulerOutput
+from oasr.engine.scheduler import Scheduler
+from oasr.engine.step import EncodeResult, RunnerOutput, SchedulerOutput
 from oasr.types import DecodeOptions
 
 EOT = 0

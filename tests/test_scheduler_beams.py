@@ -12,7 +12,8 @@ import pytest
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import SchedulerConfig
 from oasr.engine.request import FinishReason, Request
-from oasr.engine.scheduler import BeamResult, EncodeResult, RunnerOutput, Scheduler, SchedulerOutput
+from oasr.engine.scheduler import Scheduler
+from oasr.engine.step import BeamResult, EncodeResult, RunnerOutput, SchedulerOutput
 from oasr.types import DecodeOptions
 from test_scheduler import EOT, MAX_POSITIONS, PROMPT, assert_rows_distinct, token
 

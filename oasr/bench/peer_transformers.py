@@ -124,4 +124,4 @@ def loaded_prompt(loaded: LoadedModel) -> list[int]:
     from oasr.models.whisper.prompt import WhisperPrompter
     from oasr.types import DecodeOptions
 
-    return list(WhisperPrompter(loaded.config, loaded.tokenizer, loaded.name).prompt("en", DecodeOptions()).token_ids)
+    return list(WhisperPrompter(loaded.config, loaded.tokenizer, loaded.name).prompt(DecodeOptions(), "en").token_ids)

@@ -1,7 +1,11 @@
-"""Decode-strategy registry. A strategy declares what it consumes and whether it runs token by token:
+"""Decode-strategy registry. Every strategy declares, as class attributes:
 
-- ``consumes``: ``"encoder_hidden_states"`` (attention decoders, transducers) or ``"log_probs"`` (CTC heads);
-- ``incremental``: True when it needs one model step per output token (the engine then schedules decode steps).
+- ``runner``: the runner kind that drives it (``"autoregressive"``: the engine schedules a decoder step per token
+  and the strategy picks each token; ``"frame_sync"``: it decodes a whole batch inside the encode walk);
+- ``searches``: whether it serves ``DecodeOptions.beam_size`` (an architecture's first searching strategy does).
+
+Architectures list the strategies they serve in their ``ModelCapabilities``; ``tests/test_registries.py`` fails
+when a registered strategy is reachable from no architecture.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.base import DecodeStrategy
 from oasr.types import DecodeOptions
 
 
@@ -40,9 +41,9 @@ class BeamChoice:
 
 
 @DECODE_STRATEGIES.register("aed_beam")
-class AEDBeam:
-    consumes: ClassVar[str] = "encoder_hidden_states"
-    incremental: ClassVar[bool] = True
+class AEDBeam(DecodeStrategy):
+    runner: ClassVar[str] = "autoregressive"  # the runner kind that drives it
+    searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
 
     def __init__(self, eot: int) -> None:
         self.eot = eot

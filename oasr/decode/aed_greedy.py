@@ -17,6 +17,7 @@ from typing import ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.base import DecodeStrategy
 from oasr.decode.timestamp_rules import TimestampRules, TimestampState, TimestampTokens
 
 
@@ -45,9 +46,9 @@ class AEDRowState:
 
 
 @DECODE_STRATEGIES.register("aed_greedy")
-class AEDGreedy:
-    consumes: ClassVar[str] = "encoder_hidden_states"
-    incremental: ClassVar[bool] = True
+class AEDGreedy(DecodeStrategy):
+    runner: ClassVar[str] = "autoregressive"  # the runner kind that drives it
+    searches: ClassVar[bool] = False  # serves DecodeOptions.beam_size
 
     def __init__(self, options: AEDGreedyOptions, device: torch.device) -> None:
         self.options = options

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.base import DecodeStrategy
 from oasr.decode.pending import CopiedTokens
 from oasr.models.base import EncoderOutput
 
@@ -48,9 +49,9 @@ def greedy_ids(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int) ->
 
 
 @DECODE_STRATEGIES.register("ctc_greedy")
-class CTCGreedy:
-    consumes: ClassVar[str] = "log_probs"
-    incremental: ClassVar[bool] = False
+class CTCGreedy(DecodeStrategy):
+    runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
+    searches: ClassVar[bool] = False  # serves DecodeOptions.beam_size
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> token ids per row (no blanks, repeats merged)."""

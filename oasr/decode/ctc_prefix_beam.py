@@ -19,6 +19,7 @@ from typing import ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.base import DecodeStrategy
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
 from oasr.decode.pending import LaunchesEagerly
 from oasr.models.base import EncoderOutput
@@ -169,12 +170,16 @@ def prefix_beam_search(
 
 
 @DECODE_STRATEGIES.register("ctc_prefix_beam")
-class CTCPrefixBeam(LaunchesEagerly):
-    consumes: ClassVar[str] = "log_probs"
-    incremental: ClassVar[bool] = False
+class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
+    runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
+    searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
 
     def __init__(self, options: CTCPrefixBeamOptions | None = None) -> None:
         self.options = options or CTCPrefixBeamOptions()
+
+    @classmethod
+    def for_beam(cls, beam_size: int) -> CTCPrefixBeam:
+        return cls(CTCPrefixBeamOptions(beam_size=beam_size))
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the most probable label sequence per row."""

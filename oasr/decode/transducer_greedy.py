@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.base import DecodeStrategy
 from oasr.decode.pending import LaunchesEagerly
 from oasr.models.base import EncoderOutput
 
@@ -222,9 +223,9 @@ def _max_symbols(options: TransducerGreedyOptions, model: TransducerModel) -> in
 
 
 @DECODE_STRATEGIES.register("transducer_greedy")
-class TransducerGreedy(LaunchesEagerly):
-    consumes: ClassVar[str] = "encoder_hidden_states"
-    incremental: ClassVar[bool] = False
+class TransducerGreedy(LaunchesEagerly, DecodeStrategy):
+    runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
+    searches: ClassVar[bool] = False  # serves DecodeOptions.beam_size
     graph_capturable: ClassVar[bool] = True
 
     def __init__(self, options: TransducerGreedyOptions | None = None, *, cuda_graphs: bool = False) -> None:

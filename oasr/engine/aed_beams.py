@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from oasr.decode.aed_beam import AEDBeam, BeamCandidates, BeamChoice, Hypothesis
-from oasr.engine.scheduler import BeamResult
+from oasr.engine.step import BeamResult
 from oasr.types import DecodeOptions
 
 

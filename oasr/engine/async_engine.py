@@ -24,7 +24,7 @@ from oasr.engine.request import RequestOutput
 from oasr.transcription.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
-from oasr.models.whisper.alignment import AlignmentRow
+from oasr.models.base import AlignmentRow
 from oasr.types import DecodeOptions, Word
 
 

@@ -37,13 +37,14 @@ class CacheConfig:
     """Decoder self-attention K/V lives in a pool of fixed-size blocks."""
 
     block_size: int = 16  # token positions per block
+    cross_block_size: int = 32  # encoder positions per cross-attention block (models attending to their own length)
     num_blocks: int | None = None  # explicit pool size; else derived from memory_budget_bytes
     # Self-attention pool + cross-attention slots, at most. None: 40% of free GPU memory, or 1 GiB on CPU.
     memory_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if self.block_size < 1 or (self.num_blocks is not None and self.num_blocks < 2):
-            raise ValueError("CacheConfig needs block_size >= 1 and, if given, num_blocks >= 2")
+        if self.block_size < 1 or self.cross_block_size < 1 or (self.num_blocks is not None and self.num_blocks < 2):
+            raise ValueError("CacheConfig needs block sizes >= 1 and, if given, num_blocks >= 2")
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from oasr.engine.core_protocol import (
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput, RequestTimings
 from oasr.errors import OASRError, UnsupportedOptionError
-from oasr.models.whisper.alignment import AlignmentRow
+from oasr.models.base import AlignmentRow
 from oasr.types import DecodeOptions, Word
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from typing import Any
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import FinishReason, RequestTimings
-from oasr.models.whisper.alignment import AlignmentRow
+from oasr.models.base import AlignmentRow
 from oasr.types import DecodeOptions, Word
 
 # Error kinds a request can fail with in the core; the client raises the matching error class.

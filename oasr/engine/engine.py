@@ -9,19 +9,17 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from oasr.engine.aed_runner import AEDRunner
 from oasr.engine.batch_stats import BatchSizeCounter, BatchSizeCounts
-from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
-from oasr.engine.frame_runner import FrameSyncRunner, PendingStep
 from oasr.engine.request import Request, RequestOutput
-from oasr.engine.scheduler import Scheduler, SchedulerOutput
+from oasr.engine.runners import RUNNERS
+from oasr.engine.scheduler import Scheduler
+from oasr.engine.step import PendingStep, SchedulerOutput
 from oasr.errors import OASRError
+from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
-
-_NO_END_TOKEN = -1  # frame-synchronous families end with their frames, not with a token
 _LENGTH_LOOKAHEAD_BATCHES = 4  # offline feeding reads this many encode batches ahead to group similar lengths
 
 
@@ -40,20 +38,14 @@ class ASREngine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None) -> None:
         config = config or EngineConfig()
         self.loaded = loaded
-        family = type(loaded.model).decode_family
-        if family == "aed":
-            self.runner: AEDRunner | FrameSyncRunner = AEDRunner(loaded, config)
-            self.pool: BlockPool | None = BlockPool(self.runner.plan.num_blocks, config.cache.block_size)
-            eot = loaded.tokenizer.special.eot
-        elif family in ("ctc", "transducer", "tdt"):
-            self.runner = FrameSyncRunner(loaded, config)
-            self.pool, eot = None, _NO_END_TOKEN
-        else:
-            raise OASRError(f"{loaded.name}: decode family {family!r} is not served by the engine")
+        self.capabilities = capabilities_of(type(loaded.model))
+        self.runner = RUNNERS.get(self.capabilities.runner)(loaded, config)
+        self.pool = self.runner.block_pool
         # The memory plan may grant fewer slots than asked; the scheduler must not hand out more.
         self.config = replace(config, scheduler=replace(config.scheduler, max_num_seqs=self.runner.num_slots))
-        self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=eot, max_positions=self.runner.max_positions,
-                                   incremental=self.runner.incremental)
+        self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=self.runner.end_token,
+                                   max_positions=self.runner.max_positions, incremental=self.runner.incremental,
+                                   cross_pool=self.runner.cross_pool)
         self._ids = itertools.count()
         # Runners that overlap steps: the launched step whose result is read after the next step is queued.
         self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None
@@ -94,6 +86,7 @@ class ASREngine:
             features=features,
             prompt_len=prompt_len,
             num_frames=self.runner.num_frames(len(audio)),
+            num_cross_positions=self.runner.cross_positions(len(audio)),
             max_new_tokens=max_new,
         )
         self.scheduler.add(request)

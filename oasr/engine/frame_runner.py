@@ -1,7 +1,9 @@
 """Model runner for frame-synchronous families (CTC, RNN-T, TDT): the whole decode happens in the encode walk.
 
 Rows hold no decode state between steps, so there are no slots or KV blocks: a request is finished by the
-step that encodes it. The transducer label loop runs batched on the device inside the strategy.
+step that encodes it. The transducer label loop runs batched on the device inside the strategy. Rows that ask
+for a beam (``beam_size``) are decoded by the architecture's searching strategy (CTC prefix beam search), one
+launch per beam size, beside the greedy rows of the same encoder pass.
 
 On CUDA, steps overlap (``overlaps_steps``): ``launch`` queues a step's work and returns with its tokens still on
 their way to the host, and the engine queues the next step before it reads them. The host's share of a step
@@ -20,8 +22,10 @@ from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.pending import PendingTokens, ReadyTokens
 from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request
-from oasr.engine.scheduler import EncodeResult, RunnerOutput, SchedulerOutput
-from oasr.errors import UnsupportedOptionError
+from oasr.engine.runners import RUNNERS
+from oasr.engine.step import EncodeResult, RunnerOutput, SchedulerOutput
+from oasr.models.base import EncoderOutput
+from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
@@ -29,17 +33,21 @@ from oasr.types import DecodeOptions
 WINDOW_SECONDS = 60
 
 
-class PendingStep:
+class LaunchedStep:
     """A launched step: ``wait`` reads its tokens back and reports them as the step's ``RunnerOutput``."""
 
-    def __init__(self, rows: list[tuple[str, int]], tokens: PendingTokens, runner: FrameSyncRunner) -> None:
+    def __init__(self, rows: list[tuple[str, int]], tokens: list[tuple[list[int], PendingTokens]],
+                 runner: FrameSyncRunner) -> None:
         self.rows = rows  # (request id, token budget) per encode row
-        self.tokens = tokens
+        self.tokens = tokens  # (encode rows, their tokens on the way) per strategy launch
         self.runner = runner
 
     def wait(self) -> RunnerOutput:
         start = time.perf_counter()
-        token_ids = self.tokens.wait()
+        token_ids: list[list[int]] = [[] for _ in self.rows]
+        for members, pending in self.tokens:
+            for i, ids in zip(members, pending.wait(), strict=True):
+                token_ids[i] = ids
         self.runner.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(
             encoded={
@@ -49,22 +57,28 @@ class PendingStep:
         )
 
 
+@RUNNERS.register("frame_sync")
 class FrameSyncRunner:
     incremental = False
     overlaps_steps = False  # set per device in __init__
     pads_to_window = False  # a batch is padded to its longest row only
     prompt_len = 0
     max_positions = 1 << 30  # no decoder positions: the output length is bounded by the frames
+    end_token = -1  # these families end with their frames, not with a token
+    block_pool = None  # no decoder caches
+    cross_pool = None
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
-        arch = type(self.model)
-        strategy = DECODE_STRATEGIES.get(arch.default_decode_strategy)
+        self.capabilities = capabilities_of(type(self.model))
+        strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)
         use_graphs = config.runner.cuda_graphs and self.device.type == "cuda"
         # Label loops (transducers) replay captured steps; CTC decodes in a few kernels and needs none.
-        self.strategy = strategy(cuda_graphs=use_graphs) if getattr(strategy, "graph_capturable", False) else strategy()
+        self.strategy = strategy(cuda_graphs=use_graphs) if strategy.graph_capturable else strategy()
+        beam = self.capabilities.beam_strategy
+        self._beam_strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
         self.num_slots = config.scheduler.max_num_seqs
         self.window_samples = WINDOW_SECONDS * 16_000
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
@@ -76,19 +90,13 @@ class FrameSyncRunner:
             self._encoder = torch.compile(self.model.encode, dynamic=True)
 
     def check(self, options: DecodeOptions) -> None:
-        if options.task != "transcribe":
-            raise UnsupportedOptionError(f"{self.loaded.name} only transcribes; task {options.task!r} is not available")
-        if options.language is not None:
-            raise UnsupportedOptionError(f"{self.loaded.name} takes no language option (got {options.language!r})")
-        if options.min_new_tokens:
-            raise UnsupportedOptionError(f"{self.loaded.name} cannot force an output length (min_new_tokens)")
-        if options.timestamps or options.prompt or options.prompt_token_ids or options.temperature > 0:
-            raise UnsupportedOptionError(f"{self.loaded.name} decodes greedily without timestamps or a text prompt")
-        if options.beam_size is not None:
-            raise UnsupportedOptionError(f"{self.loaded.name} has no beam search (beam_size); it decodes greedily")
+        check_options(self.capabilities, options, f"{self.loaded.name} ({self.loaded.architecture})")
 
     def prompt_len_for(self, options: DecodeOptions) -> int:
         return self.prompt_len
+
+    def cross_positions(self, num_samples: int) -> int:
+        return 0
 
     def num_frames(self, num_samples: int) -> int:
         return num_samples // self.loaded.features.config.hop_length + 1
@@ -97,18 +105,37 @@ class FrameSyncRunner:
         return self.launch(out, requests).wait()
 
     @torch.inference_mode()
-    def launch(self, out: SchedulerOutput, requests: Mapping[str, Request]) -> PendingStep:
+    def launch(self, out: SchedulerOutput, requests: Mapping[str, Request]) -> LaunchedStep:
         """Queues the step's work on the device; the returned step's ``wait`` reads its result."""
         start = time.perf_counter()
         batch = [requests[row.request_id] for row in out.encode]
         rows = [(r.request_id, r.max_new_tokens) for r in batch]
         if not batch:
-            return PendingStep(rows, ReadyTokens([]), self)
+            return LaunchedStep(rows, [], self)
         audio = [r.audio for r in batch]
         features, _ = self.loaded.features(audio, device=self.device)
         # The same frame counts, known on the host: the encoder plans its layout without reading the device.
         lengths = self.loaded.features.frame_lengths(torch.tensor([len(a) for a in audio]))
         encoded = self._encoder(features.to(self.loaded.dtype), lengths)
-        tokens = self.strategy.launch(self.model, encoded)
+        tokens = self._launch_strategies(batch, encoded)
         self.phase_seconds["encode"] += time.perf_counter() - start
-        return PendingStep(rows, tokens, self)
+        return LaunchedStep(rows, tokens, self)
+
+    def _launch_strategies(self, batch: list[Request], encoded: EncoderOutput) -> list[tuple[list[int], PendingTokens]]:
+        """The default strategy over the greedy rows, the searching one over each beam size's rows."""
+        by_beam: dict[int | None, list[int]] = {}
+        for i, request in enumerate(batch):
+            by_beam.setdefault(request.options.beam_size, []).append(i)
+        launches = []
+        for beam_size, members in by_beam.items():
+            if len(members) == len(batch):
+                part = encoded
+            else:
+                index = torch.tensor(members, device=encoded.hidden.device)
+                part = EncoderOutput(encoded.hidden.index_select(0, index), encoded.lengths.index_select(0, index))
+            if beam_size is None:
+                launches.append((members, self.strategy.launch(self.model, part)))
+            else:
+                search = self._beam_strategy.for_beam(beam_size)
+                launches.append((members, search.launch(self.model, part)))
+        return launches

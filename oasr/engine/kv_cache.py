@@ -1,4 +1,4 @@
-"""Device memory for decoding: the paged self-attention pool and the per-slot cross-attention K/V.
+"""Device memory for decoding: the paged self-attention pool (cross-attention K/V: ``oasr.engine.cross_cache``).
 
 Pool layout: ``k[layer]`` is [num_blocks * block_size, heads, head_dim]; position p of a request whose block
 table is ``t`` lives at row ``t[p // block_size] * block_size + p % block_size``. Block 0 is the null block:
@@ -7,34 +7,19 @@ idle decode rows point there so their (discarded) writes touch nothing live.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from oasr.kernels import paged_attention
 from oasr.layers.attention import sdpa
-
-
-@dataclass(frozen=True)
-class KVShape:
-    num_layers: int
-    num_heads: int
-    head_dim: int
-    cross_len: int  # encoder positions each request attends to
-
-    def cross_bytes_per_slot(self, dtype: torch.dtype) -> int:
-        return 2 * self.num_layers * self.num_heads * self.cross_len * self.head_dim * dtype.itemsize
-
-    def self_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        return 2 * self.num_layers * block_size * self.num_heads * self.head_dim * dtype.itemsize
+from oasr.models.base import DecoderSpec
 
 
 class PagedKVPool:
-    def __init__(self, shape: KVShape, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device):
+    def __init__(self, spec: DecoderSpec, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device):
         rows = num_blocks * block_size
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.k = torch.zeros(shape.num_layers, rows, shape.num_heads, shape.head_dim, dtype=dtype, device=device)
+        self.k = torch.zeros(spec.num_layers, rows, spec.num_kv_heads, spec.head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
         self.offsets = torch.arange(block_size, device=device)
 

@@ -1,4 +1,9 @@
-"""Turning a memory budget into cross-attention slots and self-attention blocks, before anything is allocated."""
+"""Turning a memory budget into slots and cache blocks, before anything is allocated.
+
+The budget holds the decoder's caches: self-attention K/V in a pool of blocks, and cross-attention K/V either per
+slot (models that attend to a fixed window: every slot holds one window) or in a second pool of blocks sized by
+each request's own encoder length. Decoder-only models have no cross-attention share.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +12,23 @@ from dataclasses import dataclass
 import torch
 
 from oasr.engine.config import CacheConfig
-from oasr.engine.kv_cache import KVShape
 from oasr.errors import OASRError
+from oasr.models.base import DecoderSpec
 
 _AUTO_GPU_FRACTION = 0.4
 _AUTO_CPU_BYTES = 1 << 30
-_CROSS_SHARE = 0.8  # of the budget, at most, for cross-attention slots; the rest is the block pool
+_CROSS_SHARE = 0.8  # of the budget, at most, for fixed-window cross-attention slots; the rest is the block pool
+_PAGED_CROSS_SHARE = 0.5  # of the budget for cross-attention blocks when requests attend to their own length
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
     num_slots: int
-    num_blocks: int
+    num_blocks: int  # self-attention blocks, the null block included
     budget_bytes: int
     cross_bytes: int
     pool_bytes: int
+    num_cross_blocks: int = 0  # cross-attention blocks (variable-length models), the null block included
 
 
 def budget_bytes(cache: CacheConfig, device: torch.device) -> int:
@@ -33,20 +40,34 @@ def budget_bytes(cache: CacheConfig, device: torch.device) -> int:
     return _AUTO_CPU_BYTES
 
 
-def plan_memory(
-    shape: KVShape, cache: CacheConfig, *, max_num_seqs: int, max_positions: int, dtype: torch.dtype, device: torch.device
-) -> MemoryPlan:
+def _cross_bytes(spec: DecoderSpec, positions: int, dtype: torch.dtype) -> int:
+    return 2 * spec.num_layers * positions * spec.num_kv_heads * spec.head_dim * dtype.itemsize
+
+
+def plan_memory(spec: DecoderSpec, cache: CacheConfig, *, max_num_seqs: int, dtype: torch.dtype,
+                device: torch.device) -> MemoryPlan:
     budget = budget_bytes(cache, device)
-    per_slot = shape.cross_bytes_per_slot(dtype)
-    per_block = shape.self_bytes_per_block(cache.block_size, dtype)
-    full_sequence_blocks = -(-max_positions // cache.block_size)
-    slots = min(max_num_seqs, int(budget * _CROSS_SHARE) // per_slot)
-    if slots < 1:
-        raise OASRError(f"memory budget {budget / 2**20:.0f} MiB cannot hold one request's cross-attention K/V "
-                        f"({per_slot / 2**20:.1f} MiB); raise CacheConfig.memory_budget_bytes")
-    num_blocks = cache.num_blocks or (budget - slots * per_slot) // per_block
+    per_block = spec.self_bytes_per_block(cache.block_size, dtype)
+    full_sequence_blocks = -(-spec.max_positions // cache.block_size)
+    slots, cross_bytes, num_cross_blocks = max_num_seqs, 0, 0
+    if spec.cross is not None and spec.cross.fixed:
+        per_slot = _cross_bytes(spec, spec.cross.max_len, dtype)
+        slots = min(max_num_seqs, int(budget * _CROSS_SHARE) // per_slot)
+        if slots < 1:
+            raise OASRError(f"memory budget {budget / 2**20:.0f} MiB cannot hold one request's cross-attention K/V "
+                            f"({per_slot / 2**20:.1f} MiB); raise CacheConfig.memory_budget_bytes")
+        cross_bytes = slots * per_slot
+    elif spec.cross is not None:
+        per_cross_block = _cross_bytes(spec, cache.cross_block_size, dtype)
+        num_cross_blocks = int(budget * _PAGED_CROSS_SHARE) // per_cross_block
+        longest = -(-spec.cross.max_len // cache.cross_block_size)
+        if num_cross_blocks < 1 + longest:
+            raise OASRError(f"memory budget {budget / 2**20:.0f} MiB cannot hold one {spec.cross.max_len}-position "
+                            "request's cross-attention K/V; raise CacheConfig.memory_budget_bytes")
+        cross_bytes = num_cross_blocks * per_cross_block
+    num_blocks = cache.num_blocks or (budget - cross_bytes) // per_block
     # The null block plus one full-length sequence must always fit, or a lone long request could never finish.
     if num_blocks < 1 + full_sequence_blocks:
-        raise OASRError(f"KV pool of {num_blocks} blocks cannot hold one {max_positions}-position sequence "
+        raise OASRError(f"KV pool of {num_blocks} blocks cannot hold one {spec.max_positions}-position sequence "
                         f"({1 + full_sequence_blocks} blocks needed)")
-    return MemoryPlan(slots, int(num_blocks), budget, slots * per_slot, int(num_blocks) * per_block)
+    return MemoryPlan(slots, int(num_blocks), budget, cross_bytes, int(num_blocks) * per_block, num_cross_blocks)

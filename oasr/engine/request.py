@@ -54,6 +54,8 @@ class Request:
     # Empty for families that finish inside the encode walk.
     slots: list[int] = field(default_factory=list)
     block_ids: list[list[int]] = field(default_factory=list)  # per slot
+    num_cross_positions: int = 0  # encoder positions held in cross-attention blocks (0: the model holds them per slot)
+    cross_block_ids: list[int] = field(default_factory=list)  # shared by all of the request's slots
     output_ids: list[int] = field(default_factory=list)
     # Tokens chosen so far per row, end-of-text excluded. Equals len(output_ids) when decoding greedily; a beam
     # request's output is known only when its search ends, so it counts steps here.

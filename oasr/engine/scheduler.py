@@ -18,84 +18,23 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
 
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import SchedulerConfig
 from oasr.engine.policies import BATCHING_POLICIES
 from oasr.engine.request import FinishReason, Request, RequestOutput, RequestStatus
-
-
-@dataclass(frozen=True)
-class EncodeRow:
-    """One request to encode. ``slots``: its decode rows (one per beam; none for families that finish inside
-    the encode walk); ``block_ids``: each slot's KV blocks."""
-
-    request_id: str
-    slots: tuple[int, ...]
-    block_ids: tuple[tuple[int, ...], ...]
-
-
-@dataclass(frozen=True)
-class DecodeRow:
-    """One running request: its slots (one per beam, in beam order) and each slot's KV blocks."""
-
-    request_id: str
-    slots: tuple[int, ...]
-    block_ids: tuple[tuple[int, ...], ...]
-    num_cached: int  # positions already in each row's cache; the next token is written at this position
-
-
-@dataclass(frozen=True)
-class SchedulerOutput:
-    step: int
-    encode: tuple[EncodeRow, ...] = ()
-    decode: tuple[DecodeRow, ...] = ()
-    num_decode_steps: int = 0
-    released_slots: tuple[int, ...] = ()  # slots freed since the last step (finished, aborted, preempted)
-    preempted: tuple[str, ...] = ()
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.encode and not self.decode
-
-
-@dataclass(frozen=True)
-class EncodeResult:
-    """What the runner reports for one encode row: the first generated token(s) and the language used.
-    Families that finish inside the encode walk report every token and ``finished=True``."""
-
-    token_ids: tuple[int, ...]
-    language: str | None = None
-    finished: bool = False
-    logprobs: tuple[float, ...] = ()  # of each of ``token_ids``, where the family reports them
-    no_speech_prob: float | None = None
-
-
-@dataclass(frozen=True)
-class BeamResult:
-    """A beam search that has ended: the hypothesis the ranker chose, without end-of-text. ``ended``: it ended
-    with end-of-text (else it was cut at the request's token budget); ``sum_logprob`` includes end-of-text's."""
-
-    token_ids: tuple[int, ...]
-    sum_logprob: float
-    ended: bool = True
-
-
-@dataclass(frozen=True)
-class RunnerOutput:
-    encoded: dict[str, EncodeResult] = field(default_factory=dict)
-    decoded: dict[str, tuple[int, ...]] = field(default_factory=dict)  # num_decode_steps tokens per greedy row
-    logprobs: dict[str, tuple[float, ...]] = field(default_factory=dict)  # of the decoded tokens, where reported
-    beams: dict[str, BeamResult] = field(default_factory=dict)  # beam requests whose search ended in this step
+from oasr.engine.step import BeamResult, DecodeRow, EncodeRow, RunnerOutput, SchedulerOutput
 
 
 class Scheduler:
     def __init__(
-        self, config: SchedulerConfig, pool: BlockPool | None, *, eot: int, max_positions: int, incremental: bool = True
+        self, config: SchedulerConfig, pool: BlockPool | None, *, eot: int, max_positions: int, incremental: bool = True,
+        cross_pool: BlockPool | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
+        # Cross-attention blocks, for models whose requests attend to their own encoder length (None: held per slot).
+        self.cross_pool = cross_pool
         self.eot = eot
         self.max_positions = max_positions
         self.incremental = incremental
@@ -122,6 +61,11 @@ class Scheduler:
             if blocks > self.pool.num_blocks - 1:
                 raise ValueError(f"{request.num_rows} beams of {self.max_positions} positions need {blocks} KV "
                                  f"blocks; the pool has {self.pool.num_blocks - 1}")
+        if self.cross_pool is not None:
+            need = self.cross_pool.blocks_for(request.num_cross_positions)
+            if need > self.cross_pool.num_blocks - 1:
+                raise ValueError(f"{request.num_cross_positions} encoder positions need {need} cross-attention "
+                                 f"blocks; the pool has {self.cross_pool.num_blocks - 1}")
         request.arrival_step = self.step_count
         self.requests[request.request_id] = request
         self.waiting.append(request)
@@ -219,6 +163,9 @@ class Scheduler:
         if not self.incremental:
             return True
         rows = request.num_rows
+        if self.cross_pool is not None and self.cross_pool.num_free < self.cross_pool.blocks_for(
+                request.num_cross_positions):
+            return False
         return len(self._free_slots) >= rows and self.pool.num_free >= rows * self.pool.blocks_for(
             request.prompt_len + 1)
 
@@ -237,10 +184,14 @@ class Scheduler:
                 blocks = self.pool.allocate(per_row * request.num_rows) or []  # _can_admit checked the room
                 request.slots = [heapq.heappop(self._free_slots) for _ in range(request.num_rows)]
                 request.block_ids = [blocks[i : i + per_row] for i in range(0, len(blocks), per_row)]
+                if self.cross_pool is not None:  # one set for all of a request's beams: they hear the same audio
+                    need = self.cross_pool.blocks_for(request.num_cross_positions)
+                    request.cross_block_ids = self.cross_pool.allocate(need) or []
                 self.running.append(request)
             request.status = RequestStatus.RUNNING
             request.timings.encode_start = now
-            rows.append(EncodeRow(request.request_id, tuple(request.slots), tuple(map(tuple, request.block_ids))))
+            rows.append(EncodeRow(request.request_id, tuple(request.slots), tuple(map(tuple, request.block_ids)),
+                                  tuple(request.cross_block_ids)))
         return tuple(rows)
 
     def _make_room_for(self, request: Request) -> None:
@@ -260,6 +211,9 @@ class Scheduler:
     def _release(self, request: Request) -> None:
         for blocks in request.block_ids:
             self.pool.free(blocks)
+        if request.cross_block_ids:
+            self.cross_pool.free(request.cross_block_ids)
+            request.cross_block_ids = []
         for slot in request.slots:
             heapq.heappush(self._free_slots, slot)
             self._released.append(slot)
@@ -279,7 +233,7 @@ class Scheduler:
             request.timings.first_token = now
             request.language = encoded.language
             request.no_speech_prob = encoded.no_speech_prob
-            if request.is_beam:
+            if request.is_beam and self.incremental:  # frame-synchronous searches finish inside the encode walk
                 changed += self._advance_beams(request, 1, result.beams.get(row.request_id))
             else:
                 changed.append(self._accept(request, encoded.token_ids, encoded.logprobs, done=encoded.finished))

@@ -83,6 +83,11 @@ class NemoLogMel:
             waveforms, num_samples = self.pad_batch(list(audio), device)
         return self.log_mel(waveforms, num_samples)
 
+    def padded(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
+        """The engine's uniform entry (as ``WhisperLogMel.padded``): features [B, n_mels, T] padded to the
+        longest row (``frame_lengths`` gives each row's real frames)."""
+        return self(audio, device)[0]
+
     def log_mel(self, waveforms: torch.Tensor, num_samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """waveforms: float32 [B, N] zero-padded; num_samples: [B] -> (features [B, n_mels, T], lengths [B])."""
         c = self.config

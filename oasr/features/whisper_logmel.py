@@ -65,6 +65,14 @@ class WhisperLogMel:
             waveforms = self.pad_batch(list(audio), device)
         return self.log_mel(waveforms)
 
+    def padded(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
+        """The engine's uniform entry (as ``NemoLogMel.padded``): features of a batch, every row one window."""
+        return self(audio, device)
+
+    def frame_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
+        """Samples [B] -> feature frames the encoder reads [B]: a whole window whatever the audio's length."""
+        return torch.full_like(num_samples, self.config.n_frames, dtype=torch.long)
+
     def log_mel(self, waveforms: torch.Tensor) -> torch.Tensor:
         """waveforms: float32 [B, n_samples] -> [B, n_mels, n_frames]."""
         c = self.config

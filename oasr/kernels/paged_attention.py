@@ -6,8 +6,11 @@ then SDPA over them with a position mask. This kernel stores the new key and val
 table to read the cached positions where they lie, and attends with an online softmax in float32: one launch,
 and no dense copies. The new position is scored from registers, not read back.
 
-``paged_decode_attention_reference`` is the torch path; it serves where Triton cannot run and in the
-equivalence test.
+``paged_cross_attention`` is the same walk without the store, over a request's encoder positions (the engine's
+paged cross-attention pool, for models whose requests attend to audio of their own length).
+
+The ``*_reference`` functions are the torch paths; they serve where Triton cannot run and in the equivalence
+tests.
 """
 
 from __future__ import annotations
@@ -43,6 +46,41 @@ def paged_decode_attention_reference(
     keys = k_pool[read_rows].transpose(1, 2)  # [B, H, L, D]
     values = v_pool[read_rows].transpose(1, 2)
     return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask)[:, :, 0]
+
+
+def paged_cross_attention_reference(
+    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, lengths: torch.Tensor,
+    block_size: int,
+) -> torch.Tensor:
+    """q: [B, H, D]; k_pool, v_pool: [rows, H, D]; block_table: [B, nb]; lengths: [B] encoder positions of each row
+    -> [B, H, D], attending positions 0 .. length - 1 through the row's blocks (a row of length 0 gets zeros)."""
+    read_rows = (block_table[:, :, None] * block_size + torch.arange(block_size, device=q.device)).flatten(1)
+    mask = (torch.arange(read_rows.shape[1], device=q.device)[None, :] < lengths[:, None])[:, None, None, :]
+    keys = k_pool[read_rows].transpose(1, 2)
+    values = v_pool[read_rows].transpose(1, 2)
+    out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask)[:, :, 0]
+    return torch.where((lengths > 0)[:, None, None], out, torch.zeros_like(out))
+
+
+def paged_cross_attention(
+    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, lengths: torch.Tensor,
+    block_size: int,
+) -> torch.Tensor:
+    """``paged_cross_attention_reference`` in one kernel where ``supported``."""
+    if not supported(q):
+        return paged_cross_attention_reference(q, k_pool, v_pool, block_table, lengths, block_size)
+    b, h, d = q.shape
+    if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
+        raise ValueError("the pool's layer must be [rows, H, D] with contiguous heads")
+    q, lengths = q.contiguous(), lengths.contiguous()
+    if block_table.stride(1) != 1:
+        block_table = block_table.contiguous()
+    out = torch.empty_like(q)
+    _paged_cross_attention_kernel[(b, h)](
+        q, k_pool, v_pool, block_table, lengths, out, block_table.stride(0), block_table.shape[1], k_pool.stride(0),
+        d**-0.5, NUM_HEADS=h, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, block_size)), num_warps=2,
+    )
+    return out
 
 
 def supported(q: torch.Tensor) -> bool:
@@ -118,3 +156,35 @@ if triton is not None:
             total = total * rescale + tl.sum(weights, axis=0)
             best = new_best
         tl.store(out_ptr + at, (acc / total).to(out_ptr.dtype.element_ty))
+
+    @triton.jit
+    def _paged_cross_attention_kernel(
+        q_ptr, k_pool, v_pool, table_ptr, lengths_ptr, out_ptr, table_stride, num_blocks, pool_stride, scale,
+        NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):
+        row = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        d = tl.arange(0, HEAD_DIM)
+        at = (row * NUM_HEADS + head) * HEAD_DIM + d
+        q = tl.load(q_ptr + at).to(tl.float32) * scale
+        table = table_ptr + row * table_stride
+        length = tl.minimum(tl.load(lengths_ptr + row), num_blocks * BLOCK_SIZE)
+        # A finite start: a row of length 0 (an idle slot) ends with zero weight and writes zeros.
+        best = tl.full((), -1.0e30, tl.float32)
+        total = tl.full((), 0.0, tl.float32)
+        acc = tl.zeros((HEAD_DIM,), tl.float32)
+        for start in range(0, length, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            live = n < length
+            block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
+            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
+            keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, axis=0))
+            weights = tl.exp(scores - new_best)
+            rescale = tl.exp(best - new_best)
+            values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
+            total = total * rescale + tl.sum(weights, axis=0)
+            best = new_best
+        tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)).to(out_ptr.dtype.element_ty))

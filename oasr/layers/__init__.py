@@ -5,7 +5,7 @@ Keeping models on one narrow set of layers is what lets a kernel (``oasr.kernels
 registered architecture and fails on any bare ``torch.nn`` layer.
 """
 
-from oasr.layers.attention import CachedSelfAttention, MultiHeadAttention, sdpa
+from oasr.layers.attention import CachedSelfAttention, CrossAttention, MultiHeadAttention, sdpa
 from oasr.layers.backend import BACKENDS, Backend, KernelGap, apply_backend, kernel_gaps
 from oasr.layers.basic import (
     GELU,
@@ -38,6 +38,7 @@ __all__ = [
     "CachedSelfAttention",
     "Conv1d",
     "Conv2d",
+    "CrossAttention",
     "Embedding",
     "Float32Head",
     "KernelGap",

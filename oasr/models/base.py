@@ -1,32 +1,34 @@
-"""What the engine expects of an architecture class, per decode family.
+"""What the engine expects of an architecture class.
 
 Every architecture class (registered in ``oasr.models.ARCHITECTURES``) has:
 
+- ``capabilities``: its ``oasr.models.capabilities.ModelCapabilities`` (runner kind, decode strategies, options,
+  tasks, word timing, streaming), declared once;
 - ``config_class`` with ``from_dict``/``to_dict``; ``from_config(config)``; ``tiny_config()``;
   ``example_inputs(config, batch_size)``: random inputs ``forward`` accepts (the registry smoke test);
 - ``feature_extractor`` / ``tokenizer``: names in ``FEATURE_EXTRACTORS`` / ``TOKENIZERS``;
-- ``decode_family``: one of ``DECODE_FAMILIES``; ``default_decode_strategy``: a name in ``DECODE_STRATEGIES``;
-  optionally ``beam_decode_strategy``, the strategy that serves ``DecodeOptions.beam_size`` (requests for a beam
-  are refused on architectures without one);
 - ``tied_keys``: checkpoint keys that alias another parameter (may be empty).
 
-Families and the model methods their strategies call:
+What each runner kind calls:
 
-- ``aed`` (Whisper, Canary): ``encode(features) -> hidden``; ``new_cache``/``decode`` (see ``AEDModel`` in
-  ``oasr.decode.aed_greedy``). Incremental: the engine schedules one decode step per output token.
-- ``ctc``: ``encode(features, lengths) -> EncoderOutput``; ``ctc_log_probs(hidden) -> [B, T, V]``.
-  Finishes in the encode walk.
-- ``transducer`` / ``tdt``: ``encode(features, lengths) -> EncoderOutput`` plus the predictor/joint methods the
-  transducer strategies document. The label loop runs on the GPU inside the encode walk.
+- ``autoregressive`` (Whisper, Canary, Cohere): ``encode(features, lengths) -> EncoderOutput``;
+  ``decoder_spec`` (a ``DecoderSpec``); ``cross_kv_into(hidden, k_out, v_out)``; ``decode_hidden(tokens,
+  positions, self_cache, cross_cache)`` and ``logits(hidden)`` (the caches are ``oasr.layers.cache``'s seams);
+  ``prompt_builder(config, tokenizer, name)``: the model's ``PromptBuilder``; for variable-length
+  cross-attention, ``encoder_frames(num_feature_frames)``. The engine schedules one decode step per token.
+- ``frame_sync`` (CTC, RNN-T, TDT): ``encode(features, lengths) -> EncoderOutput`` plus the methods its decode
+  strategies document (``ctc_log_probs``; the transducer predictor and joint). Finishes in the encode walk.
+- ``word_timing``: ``align_words(loaded, rows, features) -> words per row``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-DECODE_FAMILIES = ("aed", "ctc", "transducer", "tdt")
+from oasr.types import DecodeOptions, Task
 
 
 @dataclass
@@ -35,3 +37,102 @@ class EncoderOutput:
 
     hidden: torch.Tensor
     lengths: torch.Tensor
+
+
+@dataclass(frozen=True)
+class CrossSpec:
+    """The encoder positions a decoder attends to. ``fixed``: every request attends exactly ``max_len`` (a padded
+    window, as Whisper's 1,500); else each attends its own encoder length, at most ``max_len``."""
+
+    max_len: int
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """What the engine sizes a decoder's caches by. ``cross`` None: a decoder-only model (no cross-attention)."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_positions: int  # decoder positions, the prompt included
+    cross: CrossSpec | None
+
+    def self_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * dtype.itemsize
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A request's decoder prompt. ``no_speech_index``: the position whose next-token distribution gives the
+    probability of the model's no-speech token (None where the model has none)."""
+
+    token_ids: tuple[int, ...]
+    no_speech_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A pre-pass before the prompt: the decoder reads ``token_ids`` and the likeliest of ``candidates`` after them
+    names what was detected (``names[i]`` for ``candidates[i]``: Whisper's language)."""
+
+    token_ids: tuple[int, ...]
+    candidates: tuple[int, ...]
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TextSpan:
+    """A decoded segment of a window: its bounds (seconds from the input's start) and its text tokens."""
+
+    start: float
+    end: float
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class AlignmentRow:
+    """One decoded window that wants word timestamps.
+
+    ``token_ids``: what the decoder produced for the window (ids >= ``<|endoftext|>``, such as timestamps, are
+    ignored); ``num_frames``: feature frames (10 ms) that hold audio, at most one window's; ``language``/``task``:
+    the prompt the tokens were decoded under (``language`` also picks how tokens group into words);
+    ``time_offset``: the window's start in the input (seconds); ``spans``: the window's segments, by default one
+    over the whole window; ``last_speech_end``: where speech ended before this window, or None when this row
+    continues the row before it in the same call (then that row's last word end is used).
+    """
+
+    token_ids: tuple[int, ...]
+    num_frames: int
+    language: str | None = None
+    task: Task = "transcribe"
+    time_offset: float = 0.0
+    spans: tuple[TextSpan, ...] = ()
+    last_speech_end: float | None = 0.0
+
+    def __post_init__(self) -> None:
+        if self.num_frames < 0:
+            raise ValueError(f"num_frames must be >= 0, got {self.num_frames}")
+
+
+class PromptBuilder(Protocol):
+    """The model's side of an autoregressive request: prompt token ids from the request's options."""
+
+    end_token: int  # the token that ends generation
+    no_speech_token: int | None  # a token whose probability after the prompt says "no speech", if any
+
+    def check(self, options: DecodeOptions) -> None:
+        """Raises ``UnsupportedOptionError`` for option values this checkpoint cannot serve."""
+
+    def prompt_len(self, options: DecodeOptions) -> int:
+        """The prompt's length (the same whatever a detection pre-pass finds)."""
+
+    def detection(self, options: DecodeOptions) -> Detection | None:
+        """The pre-pass a request needs before its prompt can be built, or None."""
+
+    def prompt(self, options: DecodeOptions, detected: str | None) -> Prompt:
+        """The prompt, given what the pre-pass detected (None without one)."""
+
+    def language(self, options: DecodeOptions, detected: str | None) -> str | None:
+        """The language the request is reported in."""

@@ -11,7 +11,7 @@ import numpy as np
 
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput
-from oasr.models.whisper.alignment import AlignmentRow
+from oasr.models.base import AlignmentRow
 from oasr.types import DecodeOptions, Word
 
 

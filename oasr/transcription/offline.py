@@ -24,6 +24,7 @@ from oasr.engine.request import RequestOutput
 from oasr.transcription.results import DecodedWindow, assemble, decoded_span, with_words
 from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
+from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
 
@@ -89,7 +90,7 @@ def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = No
 
 class OfflineTranscriber:
     def __init__(self, loaded: LoadedModel, options: TranscribeOptions, config: EngineConfig | None = None) -> None:
-        if options.word_timestamps and not getattr(type(loaded.model), "supports_word_timestamps", False):
+        if options.word_timestamps and not capabilities_of(type(loaded.model)).word_timing:
             raise UnsupportedOptionError(f"{loaded.name} ({loaded.architecture}) cannot give word timestamps")
         self.loaded = loaded
         self.options = options

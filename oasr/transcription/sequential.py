@@ -39,6 +39,7 @@ from oasr.transcription.segments import (
     split_window,
 )
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
+from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel
 from oasr.models.whisper.alignment import AlignmentRow, row_alignments
 from oasr.models.whisper.words import TextSpan, WordTiming, place_words
@@ -238,7 +239,8 @@ class LongFormCursor:
 
 class SequentialTranscriber:
     def __init__(self, loaded: LoadedModel, engine: ASREngine, options: TranscribeOptions) -> None:
-        if type(loaded.model).decode_family != "aed" or not hasattr(loaded.features, "log_mel"):
+        capabilities = capabilities_of(type(loaded.model))
+        if "timestamps" not in capabilities.options or not hasattr(loaded.features, "log_mel"):
             raise UnsupportedOptionError(f"{loaded.name}: sequential long-form decoding needs a Whisper model")
         engine.runner.check(DecodeOptions(language=options.language, task=options.task, prompt=options.prompt,
                                           beam_size=options.beam_size, patience=options.patience,

@@ -1,9 +1,9 @@
 """Word timestamps for windows the engine has decoded, as a second pass beside the step loop.
 
 A window's words need its tokens, which are known only once it finishes, and its encoder output, which the
-engine frees at that moment; so the windows' audio is encoded again and aligned (``oasr.models.whisper.
-alignment``: alignment heads, median filter, DTW), all windows of one input in one call, each window's first
-word placed after where speech ended in the window before it. ``oasr.transcribe(word_timestamps=True)`` does
+engine frees at that moment; so the windows' audio is encoded again and aligned (the architecture's
+``align_words``; Whisper's: alignment heads, median filter, DTW), all windows of one input in one call, each
+window's first word placed after where speech ended in the window before it. ``oasr.transcribe(word_timestamps=True)`` does
 the same in parallel long-form mode, so the server's words equal offline ones.
 """
 
@@ -13,17 +13,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from oasr.transcription.results import DecodedWindow
 from oasr.errors import UnsupportedOptionError
+from oasr.models.base import AlignmentRow
+from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel
-from oasr.models.whisper.alignment import HOP_LENGTH, AlignmentRow, frames_of, word_timings
+from oasr.transcription.results import DecodedWindow
 from oasr.types import Task, Word
+
+HOP_LENGTH = 160  # samples per feature frame (10 ms at 16 kHz)
+
+
+def frames_of(num_samples: int, max_frames: int) -> int:
+    """Feature frames holding ``num_samples`` of 16 kHz audio, capped at one window."""
+    return min(num_samples // HOP_LENGTH, max_frames)
 
 
 def supports_word_timestamps(loaded: LoadedModel) -> bool:
-    """Whether the architecture declares word timestamps (Whisper: every checkpoint, with its alignment heads or
-    openai-whisper's default heads)."""
-    return getattr(type(loaded.model), "supports_word_timestamps", False)
+    """Whether the architecture declares word timing in its capabilities (Whisper: every checkpoint, with its
+    alignment heads or openai-whisper's default heads)."""
+    return capabilities_of(type(loaded.model)).word_timing
 
 
 def alignment_rows(windows: Sequence[DecodedWindow], audio: Sequence[np.ndarray], task: Task,
@@ -45,5 +53,5 @@ def align_windows(loaded: LoadedModel, rows: Sequence[AlignmentRow], audio: Sequ
         raise ValueError(f"{len(rows)} rows but {len(audio)} windows of audio")
     if not rows:
         return []
-    features = loaded.features(list(audio), device=loaded.device)
-    return word_timings(loaded.model, loaded.tokenizer, rows, features=features)
+    features = loaded.features.padded(list(audio), device=loaded.device)
+    return type(loaded.model).align_words(loaded, rows, features)

@@ -15,6 +15,7 @@ from torch import nn
 from oasr.layers import Conv1d
 from oasr.models import ARCHITECTURES
 from oasr.models.base import EncoderOutput
+from oasr.models.capabilities import ModelCapabilities
 from oasr.models.fastconformer.config import ParakeetCTCConfig, tiny_ctc_config
 from oasr.models.fastconformer.encoder import FastConformerEncoder, example_features
 
@@ -24,8 +25,8 @@ class ParakeetForCTC(nn.Module):
     config_class = ParakeetCTCConfig
     feature_extractor = "nemo_logmel"
     tokenizer = "parakeet_hf_json"
-    decode_family = "ctc"
-    default_decode_strategy = "ctc_greedy"
+    # beam_size decodes by CTC prefix beam search (oasr.decode.ctc_prefix_beam).
+    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("ctc_greedy", "ctc_prefix_beam"))
     tied_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: ParakeetCTCConfig) -> None:

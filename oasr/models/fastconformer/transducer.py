@@ -19,6 +19,7 @@ from torch import nn
 from oasr.layers import LSTM, Embedding, Linear, activation
 from oasr.models import ARCHITECTURES
 from oasr.models.base import EncoderOutput
+from oasr.models.capabilities import ModelCapabilities
 from oasr.models.fastconformer.config import ParakeetRNNTConfig, ParakeetTDTConfig, tiny_rnnt_config, tiny_tdt_config
 from oasr.models.fastconformer.encoder import FastConformerEncoder, example_features
 
@@ -64,8 +65,7 @@ class ParakeetForRNNT(nn.Module):
     config_class: ClassVar[type] = ParakeetRNNTConfig
     feature_extractor = "nemo_logmel"
     tokenizer = "parakeet_hf_json"
-    decode_family = "transducer"
-    default_decode_strategy = "transducer_greedy"
+    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("transducer_greedy",))
     tied_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: ParakeetRNNTConfig) -> None:
@@ -153,8 +153,7 @@ class ParakeetForTDT(ParakeetForRNNT):
     """RNN-T with a duration head: the joint also predicts how many frames to advance (``durations``)."""
 
     config_class: ClassVar[type] = ParakeetTDTConfig
-    decode_family = "tdt"
-    default_decode_strategy = "tdt_greedy"
+    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("tdt_greedy",))
 
     @staticmethod
     def tiny_config() -> ParakeetTDTConfig:

@@ -19,13 +19,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from oasr.layers.cache import FullContext
+from oasr.layers.cache import DenseCross, FullContext
+from oasr.models.base import AlignmentRow, TextSpan
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
 from oasr.models.whisper.prompt import WhisperPrompter
 from oasr.models.whisper.words import (
     APPEND_PUNCTUATION,
     PREPEND_PUNCTUATION,
-    TextSpan,
     TimedSegment,
     WordTiming,
     place_words,
@@ -54,31 +54,6 @@ class WordTimingOptions:
             raise ValueError(f"median_filter_width must be a positive odd number, got {self.median_filter_width}")
         if self.max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {self.max_rows}")
-
-
-@dataclass(frozen=True)
-class AlignmentRow:
-    """One decoded window that wants word timestamps.
-
-    ``token_ids``: what the decoder produced for the window (ids >= ``<|endoftext|>``, such as timestamps, are
-    ignored); ``num_frames``: feature frames (10 ms) that hold audio, at most one window's; ``language``/``task``:
-    the prompt the tokens were decoded under (``language`` also picks how tokens group into words);
-    ``time_offset``: the window's start in the input (seconds); ``spans``: the window's segments, by default one
-    over the whole window; ``last_speech_end``: where speech ended before this window, or None when this row
-    continues the row before it in the same call (then that row's last word end is used).
-    """
-
-    token_ids: tuple[int, ...]
-    num_frames: int
-    language: str | None = None
-    task: Task = "transcribe"
-    time_offset: float = 0.0
-    spans: tuple[TextSpan, ...] = ()
-    last_speech_end: float | None = 0.0
-
-    def __post_init__(self) -> None:
-        if self.num_frames < 0:
-            raise ValueError(f"num_frames must be >= 0, got {self.num_frames}")
 
 
 def frames_of(num_samples: int, max_frames: int) -> int:
@@ -155,7 +130,7 @@ def row_alignments(
         if cross_kv is not None:
             k, v = cross_kv[0][:, chunk], cross_kv[1][:, chunk]
         else:
-            encoded = model.encode(features[chunk]) if features is not None else encoder_out[chunk]
+            encoded = model.encode(features[chunk]).hidden if features is not None else encoder_out[chunk]
             k, v = model.cross_kv(encoded)
         alignments.extend(find_alignments(model, tokenizer, rows[chunk], k, v, options))
     return alignments
@@ -201,7 +176,7 @@ def find_alignments(
     if not live:
         return result
     prompts = [
-        prompter.prompt(rows[i].language, DecodeOptions(language=rows[i].language, task=rows[i].task)).token_ids
+        prompter.prompt(DecodeOptions(language=rows[i].language, task=rows[i].task), None).token_ids
         for i in live
     ]
     max_positions = model.config.max_target_positions
@@ -244,7 +219,7 @@ def _alignment_pass(
     tokens = tokens.to(device)
     positions = torch.arange(length, device=device).expand_as(tokens)
     probe = CrossAttentionProbe(model.config.word_alignment_heads, device)
-    hidden = model.model.decoder(tokens, positions, FullContext(), cross_k, cross_v, probe)
+    hidden = model.model.decoder(tokens, positions, FullContext(), DenseCross(cross_k, cross_v), probe)
     return probe.scores(), hidden
 
 

@@ -1,7 +1,7 @@
 """Whisper, module for module in the Hugging Face key layout (``model.encoder.layers.0.self_attn.q_proj`` ...).
 
-The decoder attends through a ``SelfAttentionCache`` (the engine's paged pool, or none for teacher forcing);
-cross-attention K/V are computed once per request by ``cross_kv``. An optional ``CrossAttentionProbe`` collects
+The decoder attends through a ``SelfAttentionCache`` and a ``CrossAttentionCache`` (the engine's pools, or plain
+tensors for teacher forcing); cross-attention K/V are computed once per request by ``cross_kv``/``cross_kv_into``. An optional ``CrossAttentionProbe`` collects
 the cross-attention logits of chosen heads (word alignment); without one the decoder runs on SDPA alone.
 """
 
@@ -14,14 +14,17 @@ from oasr.layers import (
     GELU,
     CachedSelfAttention,
     Conv1d,
+    CrossAttention,
     Embedding,
     Float32Head,
     LayerNorm,
     Linear,
     MultiHeadAttention,
 )
-from oasr.layers.cache import FullContext, SelfAttentionCache
+from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
+from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
+from oasr.models.capabilities import ModelCapabilities
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
 from oasr.models.whisper.config import WhisperConfig, tiny_whisper_config
 
@@ -72,7 +75,7 @@ class WhisperDecoderLayer(nn.Module):
         d = config.d_model
         self.self_attn = CachedSelfAttention(d, config.decoder_attention_heads)
         self.self_attn_layer_norm = LayerNorm(d)
-        self.encoder_attn = MultiHeadAttention(d, config.decoder_attention_heads)
+        self.encoder_attn = CrossAttention(d, config.decoder_attention_heads)
         self.encoder_attn_layer_norm = LayerNorm(d)
         self.fc1 = Linear(d, config.decoder_ffn_dim)
         self.fc2 = Linear(config.decoder_ffn_dim, d)
@@ -84,17 +87,16 @@ class WhisperDecoderLayer(nn.Module):
         x: torch.Tensor,
         cache: SelfAttentionCache,
         index: int,
-        cross_k: torch.Tensor,
-        cross_v: torch.Tensor,
+        cross: CrossAttentionCache,
         probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
-        """x: [B, T, D]; cross_k/v: [B, H, S, D] of this layer -> [B, T, D]."""
+        """x: [B, T, D] -> [B, T, D]."""
         h = self.self_attn_layer_norm(x)
         x = x + self.self_attn.forward_cached(h, cache, index)
         h = self.encoder_attn_layer_norm(x)
         if probe is not None:
-            probe.observe(index, self.encoder_attn, h, cross_k)
-        x = x + self.encoder_attn.attend(h, cross_k, cross_v)
+            probe.observe(index, self.encoder_attn, h, cross.keys(index))
+        x = x + self.encoder_attn.forward_cross(h, cross, index)
         return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
 
 
@@ -112,15 +114,13 @@ class WhisperDecoder(nn.Module):
         tokens: torch.Tensor,
         positions: torch.Tensor,
         cache: SelfAttentionCache,
-        cross_k: torch.Tensor,
-        cross_v: torch.Tensor,
+        cross: CrossAttentionCache,
         probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
-        """tokens, positions: [B, T]; cross_k/v: [layers, B, H, S, D], or a sequence of [B, H, S, D] per layer
-        -> hidden states [B, T, d_model]."""
+        """tokens, positions: [B, T] -> hidden states [B, T, d_model]."""
         x = self.embed_tokens(tokens) + self.embed_positions(positions)
         for index, layer in enumerate(self.layers):
-            x = layer(x, cache, index, cross_k[index], cross_v[index], probe)
+            x = layer(x, cache, index, cross, probe)
         return self.layer_norm(x)
 
 
@@ -138,10 +138,13 @@ class WhisperForConditionalGeneration(nn.Module):
     config_class = WhisperConfig
     feature_extractor = "whisper_logmel"
     tokenizer = "whisper_hf_json"
-    decode_family = "aed"
-    default_decode_strategy = "aed_greedy"
-    beam_decode_strategy = "aed_beam"  # DecodeOptions.beam_size
-    supports_word_timestamps = True  # oasr.models.whisper.alignment
+    capabilities = ModelCapabilities(
+        runner="autoregressive",
+        decode_strategies=("aed_greedy", "aed_beam"),
+        options=frozenset({"language", "timestamps", "prompt", "temperature", "min_new_tokens"}),
+        tasks=("transcribe", "translate"),
+        word_timing=True,  # oasr.models.whisper.alignment
+    )
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
 
@@ -166,8 +169,33 @@ class WhisperForConditionalGeneration(nn.Module):
         features = torch.randn(batch_size, config.num_mel_bins, 2 * config.max_source_positions)
         return features, torch.zeros(batch_size, 3, dtype=torch.long)
 
-    def encode(self, features: torch.Tensor) -> torch.Tensor:
-        return self.model.encoder(features.to(self.proj_out.weight.dtype))
+    @property
+    def decoder_spec(self) -> DecoderSpec:
+        c = self.config
+        heads = c.decoder_attention_heads
+        # Every request is a padded 30 s window: its cross-attention spans all encoder positions.
+        return DecoderSpec(c.decoder_layers, heads, heads, c.d_model // heads, c.max_target_positions,
+                           CrossSpec(c.max_source_positions, fixed=True))
+
+    @staticmethod
+    def prompt_builder(config: WhisperConfig, tokenizer, name: str):
+        from oasr.models.whisper.prompt import WhisperPrompter
+
+        return WhisperPrompter(config, tokenizer, name)
+
+    @staticmethod
+    def align_words(loaded, rows, features: torch.Tensor):
+        """Words of each ``AlignmentRow`` from its window's features [B, n_mels, frames] (alignment heads, DTW)."""
+        from oasr.models.whisper.alignment import word_timings
+
+        return word_timings(loaded.model, loaded.tokenizer, rows, features=features)
+
+    def encode(self, features: torch.Tensor, lengths: torch.Tensor | None = None) -> EncoderOutput:
+        """features: [B, n_mels, 3000] (one padded window each; ``lengths`` is not needed) -> every encoder
+        position of every row."""
+        hidden = self.model.encoder(features.to(self.proj_out.weight.dtype))
+        full = torch.full((hidden.shape[0],), hidden.shape[1], dtype=torch.long, device=hidden.device)
+        return EncoderOutput(hidden, full)
 
     def cross_kv(self, encoder_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention K/V of every decoder layer, computed once per request: each [layers, B, H, S, D]."""
@@ -181,37 +209,29 @@ class WhisperForConditionalGeneration(nn.Module):
         for index, layer in enumerate(self.model.decoder.layers):
             layer.encoder_attn.project_kv_into(encoder_out, k_out[index], v_out[index])
 
-    def split_cross(self, cross: torch.Tensor) -> torch.Tensor:
-        """[layers, B, S, d_model] (as ``cross_kv_into`` writes them) -> the [layers, B, H, S, D] view the decoder
-        reads, without a copy (heads stay interleaved in memory, as the projections leave them)."""
-        heads = self.config.decoder_attention_heads
-        return cross.unflatten(-1, (heads, cross.shape[-1] // heads)).transpose(2, 3)
-
     def decode(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
         cache: SelfAttentionCache,
-        cross_k: torch.Tensor,
-        cross_v: torch.Tensor,
+        cross: CrossAttentionCache,
         probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
         """tokens, positions: [B, T] -> logits [B, T, vocab] (float32). ``probe`` (opt-in) records the
         cross-attention logits of its heads on the way."""
-        return self.logits(self.decode_hidden(tokens, positions, cache, cross_k, cross_v, probe))
+        return self.logits(self.decode_hidden(tokens, positions, cache, cross, probe))
 
     def decode_hidden(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
         cache: SelfAttentionCache,
-        cross_k: torch.Tensor,
-        cross_v: torch.Tensor,
+        cross: CrossAttentionCache,
         probe: CrossAttentionProbe | None = None,
     ) -> torch.Tensor:
         """Like ``decode`` but stops before the vocabulary projection: [B, T, d_model]. A long prompt needs
         logits at a few positions only; projecting all of them would cost [B, T, vocab]."""
-        return self.model.decoder(tokens, positions, cache, cross_k, cross_v, probe)
+        return self.model.decoder(tokens, positions, cache, cross, probe)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [..., d_model] -> logits [..., vocab], projected in float32 (``Float32Head``)."""
@@ -219,6 +239,6 @@ class WhisperForConditionalGeneration(nn.Module):
 
     def forward(self, features: torch.Tensor, decoder_input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher-forced logits [B, T, vocab] for a whole token prefix (tests, scoring)."""
-        cross_k, cross_v = self.cross_kv(self.encode(features))
+        cross_k, cross_v = self.cross_kv(self.encode(features).hidden)
         positions = torch.arange(decoder_input_ids.shape[1], device=decoder_input_ids.device).expand_as(decoder_input_ids)
-        return self.decode(decoder_input_ids, positions, FullContext(), cross_k, cross_v)
+        return self.decode(decoder_input_ids, positions, FullContext(), DenseCross(cross_k, cross_v))

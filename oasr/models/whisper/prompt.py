@@ -7,21 +7,19 @@ exist on multilingual checkpoints only; ``<|notimestamps|>`` is there unless the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from oasr.decode.aed_greedy import AEDGreedyOptions
+from oasr.decode.timestamp_rules import TimestampTokens
 from oasr.errors import UnsupportedOptionError
+from oasr.models.base import Detection, Prompt
 from oasr.models.whisper.config import WhisperConfig
 from oasr.tokenizers.whisper import WhisperTokenizer
 from oasr.types import DecodeOptions
 
 
-@dataclass(frozen=True)
-class WhisperPrompt:
-    token_ids: tuple[int, ...]
-    sot_index: int  # where <|startoftranscript|> is; the no-speech probability is read at that position
-
-
 class WhisperPrompter:
+    """Whisper's ``PromptBuilder`` (``oasr.models.base``): its prompt, its language detection and its logit
+    filters (suppress lists, openai-whisper's timestamp rules)."""
+
     def __init__(self, config: WhisperConfig, tokenizer: WhisperTokenizer, name: str) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -30,6 +28,16 @@ class WhisperPrompter:
         languages = list(special.language_ids.items())[: config.num_languages]
         self.language_names = [n for n, _ in languages]
         self.language_token_ids = [i for _, i in languages]
+        self.end_token = special.eot
+        self.no_speech_token = special.no_speech
+        self.filters = AEDGreedyOptions(
+            eot=special.eot,
+            vocab_size=config.vocab_size,
+            suppress_tokens=config.suppress_tokens,
+            begin_suppress_tokens=config.begin_suppress_tokens,
+            timestamp_tokens=TimestampTokens(eot=special.eot, no_timestamps=special.no_timestamps,
+                                             timestamp_begin=special.timestamp_begin),
+        )
         # As openai-whisper: the previous text fills at most half the decoder's positions, <|startofprev|> included.
         self.max_previous_tokens = config.max_target_positions // 2 - 1
 
@@ -52,6 +60,17 @@ class WhisperPrompter:
     def needs_detection(self, options: DecodeOptions) -> bool:
         return self.config.is_multilingual and options.language is None
 
+    def detection(self, options: DecodeOptions) -> Detection | None:
+        """openai-whisper's ``detect_language``: the likeliest language token after ``<|startoftranscript|>``."""
+        if not self.needs_detection(options):
+            return None
+        return Detection((self.tokenizer.special.sot,), tuple(self.language_token_ids), tuple(self.language_names))
+
+    def language(self, options: DecodeOptions, detected: str | None) -> str | None:
+        if not self.config.is_multilingual:
+            return "en"
+        return options.language if options.language is not None else detected
+
     def previous_tokens(self, options: DecodeOptions) -> list[int]:
         """The text to condition on, as token ids, cut to the newest ``max_previous_tokens``."""
         if options.prompt:
@@ -61,10 +80,12 @@ class WhisperPrompter:
         return ids[-self.max_previous_tokens :] if ids else []
 
     def prompt_len(self, options: DecodeOptions) -> int:
-        return len(self.prompt(None, options).token_ids)
+        return len(self.prompt(options, None).token_ids)
 
-    def prompt(self, language: str | None, options: DecodeOptions) -> WhisperPrompt:
-        """The prompt of a request; ``language`` is the one given or detected (ignored on English-only models)."""
+    def prompt(self, options: DecodeOptions, detected: str | None) -> Prompt:
+        """The prompt of a request, in the language given or ``detected`` (ignored on English-only models); the
+        no-speech probability is read after ``<|startoftranscript|>``."""
+        language = options.language if options.language is not None else detected
         s = self.tokenizer.special
         previous = self.previous_tokens(options)
         head = [s.sot_prev, *previous] if previous else []
@@ -72,4 +93,4 @@ class WhisperPrompter:
         if self.config.is_multilingual:
             sot += [self.tokenizer.language_id(language or "en"), self.tokenizer.task_id(options.task)]
         tail = [] if options.timestamps else [s.no_timestamps]
-        return WhisperPrompt(token_ids=tuple(head + sot + tail), sot_index=len(head))
+        return Prompt(token_ids=tuple(head + sot + tail), no_speech_index=len(head))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oasr.models.base import TextSpan
 from oasr.tokenizers.whisper import WhisperTokenizer
 from oasr.types import Word
 
@@ -42,15 +43,6 @@ class WordTiming:
     start: float
     end: float
     probability: float
-
-
-@dataclass(frozen=True)
-class TextSpan:
-    """A decoded segment of a window: its bounds (seconds from the input's start) and its text tokens."""
-
-    start: float
-    end: float
-    num_tokens: int
 
 
 @dataclass(frozen=True)

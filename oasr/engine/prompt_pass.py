@@ -1,0 +1,166 @@
+"""The autoregressive runner's encode walk: features -> encoder -> cross-attention K/V -> [detection pre-pass]
+-> prompts -> each row's first token (and the first step of its beam search).
+
+Model specifics come from the runner's seam objects only: the prompt builder says which rows need a pre-pass
+(``Detection``: the decoder reads its tokens and the likeliest candidate names what it found, as Whisper's
+language) and what each prompt is, and where the no-speech probability is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+from oasr.decode.aed_greedy import AEDRowState
+from oasr.decode.timestamp_rules import TimestampState
+from oasr.engine.aed_beams import BeamTick
+from oasr.engine.kv_cache import paged_context
+from oasr.engine.request import Request
+from oasr.engine.step import BeamResult, EncodeResult, EncodeRow
+from oasr.layers.cache import CrossAttentionCache
+from oasr.models.base import Prompt
+
+if TYPE_CHECKING:
+    from oasr.engine.autoregressive import AutoregressiveRunner
+
+
+class PromptPass:
+    def __init__(self, runner: AutoregressiveRunner, encoder: Callable) -> None:
+        self.runner = runner
+        self.encoder = encoder
+
+    def run(self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]
+            ) -> tuple[dict[str, EncodeResult], dict[str, BeamResult]]:
+        r = self.runner
+        batch = [requests[row.request_id] for row in rows]
+        features, lengths = self._features(batch)
+        if r._compiled_encoder:
+            torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
+        encoded = self.encoder(features, lengths)
+        cross = r.cross.write(r.model, rows, encoded.hidden, encoded.lengths)
+        r.write_block_tables([(slot, blocks) for row in rows
+                              for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
+        slots = torch.tensor([row.slots[0] for row in rows], device=r.device)
+        detected = self._detect(batch, slots, cross)
+        prompts = [r.prompter.prompt(q.options, d) for q, d in zip(batch, detected, strict=True)]
+        languages = [r.prompter.language(q.options, d) for q, d in zip(batch, detected, strict=True)]
+        last_logits, no_speech = self._run_prompts(prompts, slots, cross)
+        first, logprobs, tick = self._first_tokens(rows, batch, prompts, last_logits)
+        host = torch.stack((first.double(), logprobs.double(), no_speech.double())).cpu().tolist()
+        has_no_speech = [p.no_speech_index is not None for p in prompts]
+        results = {
+            row.request_id: EncodeResult(token_ids=() if q.is_beam else (int(token),), language=lang,
+                                         logprobs=() if q.is_beam else (lp,), no_speech_prob=ns if has else None)
+            for row, q, lang, token, lp, ns, has in zip(rows, batch, languages, *host, has_no_speech, strict=True)
+        }
+        return results, r.beams.collect(tick, 1) if tick is not None else {}
+
+    def _features(self, batch: list[Request]) -> tuple[torch.Tensor, torch.Tensor]:
+        """([B, n_mels, frames] on the device, frame counts [B] on the host): the caller's features where a
+        request brings them (a full window each), the extractor's elsewhere."""
+        r = self.runner
+        missing = [i for i, q in enumerate(batch) if q.features is None]
+        audio = [r.stager.take(batch[i]) if r.stager else batch[i].audio for i in missing]
+        lengths = r.loaded.features.frame_lengths(torch.tensor([len(q.audio) for q in batch]))
+        computed = r.loaded.features.padded(audio, device=r.device) if missing else None
+        if len(missing) == len(batch):
+            return computed, lengths
+        features = [q.features for q in batch]
+        for j, i in enumerate(missing):
+            features[i] = computed[j]
+        return torch.stack([f.to(device=r.device, dtype=torch.float32) for f in features]), lengths
+
+    def _detect(self, batch: list[Request], slots: torch.Tensor, cross: CrossAttentionCache) -> list[str | None]:
+        """What each row's pre-pass finds (None for rows without one): every row needing one of the same tokens
+        reads them in one decoder pass from position 0, which the prompt pass then rewrites."""
+        r = self.runner
+        detections = [r.prompter.detection(q.options) for q in batch]
+        found: list[str | None] = [None] * len(batch)
+        wanted = [i for i, d in enumerate(detections) if d is not None]
+        if not wanted:
+            return found
+        by_tokens: dict[tuple, list[int]] = {}
+        for i in wanted:
+            by_tokens.setdefault((detections[i].token_ids, detections[i].candidates), []).append(i)
+        for (token_ids, candidates), members in by_tokens.items():
+            tokens = torch.tensor(token_ids, device=r.device).expand(len(batch), -1)
+            positions = torch.arange(len(token_ids), device=r.device).expand(len(batch), -1)
+            table = r.state.block_table[slots, : -(-len(token_ids) // r.pool.block_size)]
+            context = paged_context(r.pool, table, positions)
+            hidden = r.model.decode_hidden(tokens, positions, context, cross)
+            logits = r.model.logits(hidden[members, -1])
+            best = logits[:, torch.tensor(candidates, device=r.device)].argmax(dim=-1).tolist()
+            for i, choice in zip(members, best, strict=True):
+                found[i] = detections[i].names[choice]
+        return found
+
+    def _run_prompts(self, prompts: list[Prompt], slots: torch.Tensor, cross: CrossAttentionCache
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs every row's prompt from position 0 (right-padded to the longest) into its cache.
+        -> (logits after each row's last prompt token [B, vocab], probability of the no-speech token at each
+        row's ``no_speech_index`` [B], 0 where there is none)."""
+        r = self.runner
+        lengths = [len(p.token_ids) for p in prompts]
+        longest = max(lengths)
+        tokens = torch.full((len(prompts), longest), r.end_token, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            tokens[i, : lengths[i]] = torch.tensor(p.token_ids)
+        tokens = tokens.to(r.device)
+        positions = torch.arange(longest, device=r.device).expand(len(prompts), -1)
+        table = r.state.block_table[slots, : -(-longest // r.pool.block_size)]
+        hidden = r.model.decode_hidden(tokens, positions, paged_context(r.pool, table, positions), cross)
+        rows = torch.arange(len(prompts), device=r.device)
+        last = torch.tensor(lengths, device=r.device) - 1
+        at = torch.tensor([p.no_speech_index or 0 for p in prompts], device=r.device)
+        logits = r.model.logits(torch.stack((hidden[rows, last], hidden[rows, at]), dim=1))
+        if r.prompter.no_speech_token is None:
+            return logits[:, 0], torch.zeros(len(prompts), device=r.device)
+        return logits[:, 0], torch.softmax(logits[:, 1], dim=-1)[:, r.prompter.no_speech_token]
+
+    def _first_tokens(self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[Prompt],
+                      logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, BeamTick | None]:
+        """Chooses each row's first token from the logits after its prompt and sets up its slots for decoding;
+        starts the beam searches among them. -> (tokens [B], their log-probabilities [B], the searches)."""
+        r = self.runner
+        device = r.device
+        options = [q.options for q in batch]
+        prompt_lens = torch.tensor([len(p.token_ids) for p in prompts], device=device)
+        eot_from = prompt_lens - 1 + torch.tensor([o.min_new_tokens for o in options], device=device)
+        timestamps = torch.tensor([o.timestamps for o in options], device=device)
+        temperature = torch.tensor([o.temperature for o in options], dtype=torch.float32, device=device)
+        nothing = torch.zeros(len(rows), dtype=torch.long, device=device)  # no history: nothing sampled yet
+        state = AEDRowState(
+            eot_allowed=eot_from <= prompt_lens - 1,
+            temperature=temperature,
+            timestamps=TimestampState(timestamps, nothing, nothing, nothing)
+            if any(o.timestamps for o in options) else None,
+        )
+        filtered = r.strategy.filter(logits, state, first=True)
+        first, logprobs = r.strategy.choose(filtered, state, sampling=any(o.temperature > 0 for o in options))
+        # Every slot of a row starts from the row's prompt; beam rows then take their search's first tokens.
+        owner = torch.tensor([i for i, row in enumerate(rows) for _ in row.slots], device=device)
+        slots = torch.tensor([slot for row in rows for slot in row.slots], device=device)
+        r.state.start(slots, owner, first, prompt_lens, eot_from, timestamps, temperature)
+        for row, o in zip(rows, options, strict=True):
+            r.flag_slots(row.slots, o)
+        return first, logprobs, self._start_beams(rows, batch, prompts, filtered)
+
+    def _start_beams(self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[Prompt],
+                     filtered: torch.Tensor) -> BeamTick | None:
+        """The first step of every beam search among ``rows``: K beams out of the prompt's filtered logits
+        ([B, vocab]); the prompt's K/V, in each request's first slot, is copied to its other slots."""
+        r = self.runner
+        searching = {row.request_id: i for i, (row, q) in enumerate(zip(rows, batch, strict=True)) if q.is_beam}
+        if not searching:
+            return None
+        groups = [r.beams.open(rows[i].request_id, rows[i].slots, len(prompts[i].token_ids),
+                               batch[i].max_new_tokens, batch[i].options) for i in searching.values()]
+        tick = r.beams.tick(groups, max(len(rows[i].block_ids[0]) for i in searching.values()))
+        order = torch.tensor([searching[g.request_id] for g in tick.groups], device=r.device)
+        prompt_lens = torch.tensor([g.prompt_len for g in tick.groups], device=r.device)
+        sources, targets, tokens = r.beams.first_step(tick, torch.log_softmax(filtered[order], dim=-1), prompt_lens)
+        r.state.set_first_beams(targets, tokens)
+        r.copy_kv(sources, targets, tick.num_blocks)
+        return tick

@@ -1,0 +1,103 @@
+"""What an architecture can serve, declared once on its class and read everywhere.
+
+Every architecture class carries ``capabilities``: a frozen ``ModelCapabilities`` naming the runner kind that
+serves it (``oasr.engine.runners``), its decode strategies (the first is the default; a strategy that searches
+serves ``DecodeOptions.beam_size``), the request options it serves beyond the defaults, its tasks, whether it
+times words and how it streams. The engine picks its runner by ``runner`` and refuses a request with
+``check_options`` before anything is queued; the servers and the CLI read the same record to say what a model
+can do. Nothing probes a model class with ``getattr``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from oasr.errors import UnsupportedOptionError
+from oasr.types import DecodeOptions
+
+RUNNER_KINDS = ("autoregressive", "frame_sync")
+
+# Request options an architecture may serve, each the DecodeOptions fields it covers. ``max_new_tokens`` is
+# served by every architecture (it only bounds the output), and beam search is served through a strategy.
+OPTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "language": ("language",),
+    "target_language": ("target_language",),
+    "punctuation": ("punctuation",),
+    "timestamps": ("timestamps",),
+    "prompt": ("prompt", "prompt_token_ids"),
+    "temperature": ("temperature",),
+    "min_new_tokens": ("min_new_tokens",),
+    "beam_size": ("beam_size", "patience", "length_penalty"),
+}
+_ALWAYS_SERVED = ("max_new_tokens", "task")  # task is checked against ``tasks``
+
+
+@dataclass(frozen=True)
+class ModelCapabilities:
+    runner: str  # a runner kind: "autoregressive" (a decoder step per token) or "frame_sync" (done in the encode walk)
+    decode_strategies: tuple[str, ...]  # names in DECODE_STRATEGIES; the first decodes by default
+    options: frozenset[str] = frozenset()  # keys of OPTION_FIELDS the model serves (beam_size comes from strategies)
+    tasks: tuple[str, ...] = ("transcribe",)
+    word_timing: bool = False  # the architecture aligns words to audio (``align_words``)
+    streaming: str | None = None  # a streaming-runtime name, or None for offline models
+    # The longest audio one request holds, in seconds; None: the feature extractor's window (Whisper's 30 s).
+    window_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.runner not in RUNNER_KINDS:
+            raise ValueError(f"unknown runner kind {self.runner!r}; known: {', '.join(RUNNER_KINDS)}")
+        if not self.decode_strategies:
+            raise ValueError("an architecture needs at least one decode strategy")
+        unknown = sorted(set(self.options) - set(OPTION_FIELDS))
+        if unknown or "beam_size" in self.options:
+            raise ValueError(f"unknown or strategy-served options declared: {unknown or ['beam_size']}")
+        if not self.tasks or any(t not in ("transcribe", "translate") for t in self.tasks):
+            raise ValueError(f"tasks must be a non-empty subset of transcribe, translate; got {self.tasks}")
+
+    @property
+    def default_strategy(self) -> str:
+        return self.decode_strategies[0]
+
+    @property
+    def beam_strategy(self) -> str | None:
+        """The strategy that serves ``beam_size`` (the first that searches), or None."""
+        from oasr.decode import DECODE_STRATEGIES
+
+        return next((name for name in self.decode_strategies if DECODE_STRATEGIES.get(name).searches), None)
+
+    @property
+    def served_options(self) -> frozenset[str]:
+        return self.options | ({"beam_size"} if self.beam_strategy is not None else set())
+
+    def strategy_for(self, options: DecodeOptions) -> str:
+        """The strategy that decodes a request with ``options`` (check them first)."""
+        return self.beam_strategy if options.beam_size is not None else self.default_strategy
+
+
+def unserved_option(capabilities: ModelCapabilities, options: DecodeOptions) -> str | None:
+    """The first option of ``options`` set away from its default that the model does not serve, or None."""
+    served = {f for key in capabilities.served_options for f in OPTION_FIELDS[key]} | set(_ALWAYS_SERVED)
+    defaults = DecodeOptions()
+    for field in fields(DecodeOptions):
+        if field.name not in served and getattr(options, field.name) != getattr(defaults, field.name):
+            return field.name
+    return None
+
+
+def check_options(capabilities: ModelCapabilities, options: DecodeOptions, name: str) -> None:
+    """Refuses options the model cannot serve, naming the option (``name``: the model, for the message)."""
+    if options.task not in capabilities.tasks:
+        raise UnsupportedOptionError(f"{name} cannot {options.task}: task {options.task!r} is not available "
+                                     f"(it serves {', '.join(capabilities.tasks)})")
+    option = unserved_option(capabilities, options)
+    if option is not None:
+        raise UnsupportedOptionError(f"{name} does not serve the option {option} "
+                                     f"(got {getattr(options, option)!r})")
+
+
+def capabilities_of(arch: type) -> ModelCapabilities:
+    """The record an architecture class declares; a class without one is a programming error."""
+    record = arch.__dict__.get("capabilities") or getattr(arch, "capabilities", None)
+    if not isinstance(record, ModelCapabilities):
+        raise TypeError(f"architecture {arch.__name__} declares no ModelCapabilities (class attribute capabilities)")
+    return record
