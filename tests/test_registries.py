@@ -19,6 +19,9 @@ from oasr.tokenizers import TOKENIZERS
 
 # torch modules that only hold other modules; everything with parameters or compute must come from oasr.layers.
 CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
+# Architectures whose decode family and strategies the engine's runner has yet to wire: they must build and run,
+# and declare no family until then (when one is declared, its name leaves this set).
+AWAITING_DECODE_WIRING = {"canary", "cohere_asr"}
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES.names())
@@ -33,6 +36,9 @@ def test_every_architecture_has_a_tiny_config_that_builds_and_runs(name: str) ->
         out = model(*arch.example_inputs(config, batch_size=2))
     assert out.shape[0] == 2
     assert torch.isfinite(out).all()
+    if name in AWAITING_DECODE_WIRING:
+        assert not hasattr(arch, "decode_family"), f"{name} declares a decode family: take it out of AWAITING_DECODE_WIRING"
+        return
     assert arch.decode_family in DECODE_FAMILIES
     assert arch.default_decode_strategy in DECODE_STRATEGIES
 
