@@ -27,7 +27,8 @@ from aed_reference import (
 )
 from oasr.errors import UnsupportedOptionError
 from oasr.layers.cache import DenseCross, FullContext
-from oasr.models.loader import LoadedModel
+from oasr.models.converters.native import save_native
+from oasr.models.loader import LoadedModel, build_model, read_checkpoint, resolve_source
 from oasr.types import DecodeOptions
 
 TOLERANCE = 1e-4
@@ -144,3 +145,15 @@ def test_prompt_builder_refuses_translation(pair: Pair) -> None:
         builder.check(DecodeOptions(language="de", task="translate"))
     with pytest.raises(UnsupportedOptionError, match="language='zz'"):
         builder.check(DecodeOptions(language="zz"))
+
+
+def test_native_conversion_keeps_config_and_weights(pair: Pair, tmp_path: Path) -> None:
+    """``oasr convert``'s path: the config written as ``to_dict`` and the renamed weights load back unchanged."""
+    checkpoint = read_checkpoint(resolve_source(pair.directory))
+    config, _ = build_model(checkpoint)
+    checkpoint.config = config.to_dict()
+    again = oasr.from_pretrained(save_native(checkpoint, tmp_path / "native"), device="cpu", dtype="float32")
+    assert again.architecture == "cohere_asr" and again.format == "native"
+    assert again.config == pair.loaded.config
+    ours, theirs = again.model.state_dict(), pair.loaded.model.state_dict()
+    assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)
