@@ -88,7 +88,8 @@ def test_projected_encoder_output_matches_the_reference(pair: Pair) -> None:
     projected = pair.reference.model.decoder.proj(reference.last_hidden_state)
     ours = pair.loaded.model.encode(pair.x.transpose(1, 2), pair.lengths)
     valid = reference.attention_mask.bool()
-    assert ours.hidden.shape[-1] == pair.loaded.config.decoder_config.hidden_size != reference.last_hidden_state.shape[-1]
+    width = pair.loaded.config.decoder_config.hidden_size
+    assert ours.hidden.shape[-1] == width != reference.last_hidden_state.shape[-1]
     assert torch.equal(ours.lengths, valid.sum(-1))
     assert (ours.hidden - projected)[valid].abs().max() < TOLERANCE
 

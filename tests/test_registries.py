@@ -37,7 +37,7 @@ def test_every_architecture_has_a_tiny_config_that_builds_and_runs(name: str) ->
     assert out.shape[0] == 2
     assert torch.isfinite(out).all()
     if name in AWAITING_DECODE_WIRING:
-        assert not hasattr(arch, "decode_family"), f"{name} declares a decode family: take it out of AWAITING_DECODE_WIRING"
+        assert not hasattr(arch, "decode_family"), f"{name} declares a family: drop it from AWAITING_DECODE_WIRING"
         return
     assert arch.decode_family in DECODE_FAMILIES
     assert arch.default_decode_strategy in DECODE_STRATEGIES

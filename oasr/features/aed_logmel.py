@@ -39,7 +39,8 @@ class AEDLogMel(NemoLogMel):
 
     def log_mel(self, waveforms: torch.Tensor, num_samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.dither > 0:
-            waveforms = waveforms + self.dither * self.seeded_noise(num_samples, waveforms.shape[1]).to(waveforms.device)
+            noise = self.seeded_noise(num_samples, waveforms.shape[1]).to(waveforms.device)
+            waveforms = waveforms + self.dither * noise
         return super().log_mel(waveforms, num_samples)
 
     @staticmethod

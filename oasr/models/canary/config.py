@@ -16,6 +16,13 @@ from typing import Any, Literal
 from oasr.models.fastconformer.config import FastConformerEncoderConfig, _known_fields, tiny_encoder_config
 
 Positions = Literal["sinusoidal", "learned"]
+# The switches that tell the two decoders apart; they follow from model_type and are not written to config.json.
+_SWITCHES = ("positions", "encoder_hidden_size", "tie_word_embeddings")
+# Encoder fields a config.json may leave out, at transformers' values for each family (``sub_configs_defaults``):
+# these differ from a Parakeet encoder's defaults (no input scaling, 128 mels).
+_CANARY_ENCODER_DEFAULTS = {"num_hidden_layers": 32, "num_mel_bins": 128, "scale_input": False}
+_COHERE_ENCODER_DEFAULTS = {"hidden_size": 1280, "num_hidden_layers": 48, "intermediate_size": 5120,
+                            "num_mel_bins": 128, "scale_input": False}
 
 
 @dataclass(frozen=True)
@@ -104,7 +111,7 @@ class CanaryConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> CanaryConfig:
-        encoder = FastConformerEncoderConfig.from_dict(values.get("encoder_config") or {})
+        encoder = _encoder_from(values, _CANARY_ENCODER_DEFAULTS)
         decoder = _decoder_from(values.get("decoder_config") or {}, positions="sinusoidal", encoder_hidden_size=None,
                                 tie_word_embeddings=values.get("tie_word_embeddings", True))
         return cls._build(values, encoder, decoder)
@@ -131,11 +138,11 @@ class CanaryConfig:
             "default_language": self.default_language,
         }
 
+    def _decoder_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self.decoder_config).items() if k not in _SWITCHES}
+
     def to_dict(self) -> dict[str, Any]:
-        decoder = dataclasses.asdict(self.decoder_config)
-        for key in ("positions", "encoder_hidden_size", "tie_word_embeddings"):
-            decoder.pop(key)
-        return {**self._common_dict(), "decoder_config": decoder, "model_type": "canary"}
+        return {**self._common_dict(), "decoder_config": self._decoder_dict(), "model_type": "canary"}
 
 
 @dataclass(frozen=True)
@@ -146,16 +153,17 @@ class CohereAsrConfig(CanaryConfig):
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> CohereAsrConfig:
-        encoder = FastConformerEncoderConfig.from_dict(values.get("encoder_config") or {})
+        encoder = _encoder_from(values, _COHERE_ENCODER_DEFAULTS)
         decoder = _decoder_from(values, positions="learned", encoder_hidden_size=encoder.hidden_size,
                                 tie_word_embeddings=values.get("tie_word_embeddings", False))
         return cls._build(values, encoder, decoder)
 
     def to_dict(self) -> dict[str, Any]:
-        decoder = dataclasses.asdict(self.decoder_config)
-        for key in ("positions", "encoder_hidden_size", "tie_word_embeddings"):
-            decoder.pop(key)
-        return {**self._common_dict(), **decoder, "model_type": "cohere_asr"}
+        return {**self._common_dict(), **self._decoder_dict(), "model_type": "cohere_asr"}
+
+
+def _encoder_from(values: dict[str, Any], defaults: dict[str, Any]) -> FastConformerEncoderConfig:
+    return FastConformerEncoderConfig.from_dict({**defaults, **(values.get("encoder_config") or {})})
 
 
 def _decoder_from(values: dict[str, Any], **switches: Any) -> AEDDecoderConfig:

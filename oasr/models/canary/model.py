@@ -90,7 +90,8 @@ class CanaryForConditionalGeneration(nn.Module):
         return out
 
     def cross_kv(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden: [B, S, d] (``encode``'s) -> cross-attention (k, v) of every decoder layer, each [layers, B, H, S, D]."""
+        """hidden: [B, S, d] (``encode``'s) -> every decoder layer's cross-attention (k, v), each [layers, B, H, S, D]
+        (``DenseCross`` takes them)."""
         pairs = [layer.encoder_attn.project_kv(hidden) for layer in self.model.decoder.layers]
         return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
 

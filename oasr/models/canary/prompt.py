@@ -71,7 +71,8 @@ class CanaryPrompter:
         source = options.language or self.default_language
         if source is None:
             raise UnsupportedOptionError(
-                f"{self.name} needs language= (it does not detect the spoken language); one of: {', '.join(self.languages)}"
+                f"{self.name} needs language= (it does not detect the spoken language); "
+                f"one of: {', '.join(self.languages)}"
             )
         self._language_id("language", source)
         target = options.target_language
