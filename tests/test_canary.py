@@ -198,3 +198,13 @@ def test_native_conversion_keeps_config_and_weights(pair: Pair, tmp_path: Path) 
     assert again.config == pair.loaded.config
     ours, theirs = again.model.state_dict(), pair.loaded.model.state_dict()
     assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+def test_reference_beam_search_returns_generated_tokens_only(pair: Pair) -> None:
+    """The helper engine-level beam tests build on: rows hold neither the prompt nor the end token."""
+    builder = pair.loaded.model.prompt_builder(pair.loaded.config, pair.loaded.tokenizer, "canary")
+    ids = builder.prompt_ids(DecodeOptions(language="de"))
+    rows = reference_generate(pair.directory, audio_batch(), ids, num_beams=4, max_new_tokens=MAX_NEW_TOKENS)
+    assert len(rows) == 3 and all(len(r) <= MAX_NEW_TOKENS for r in rows)
+    assert all(builder.end_token not in r for r in rows)
+    assert rows != reference_generate(pair.directory, audio_batch(), ids, num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
