@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oasr.audio import load_audio
-from oasr.layers.cache import FullContext
+from oasr.layers.cache import DenseCross, FullContext
 from oasr.models.embedded import resolve_embedded
 from oasr.models.whisper.alignment import (
     AlignmentRow,
@@ -158,9 +158,9 @@ def test_probe_reads_openai_whispers_cross_attention_and_changes_nothing(tiny_en
     heads = [(3, 1), (1, 0), (2, 5)]
     probe = CrossAttentionProbe(heads, "cpu")
     with torch.inference_mode():
-        cross_k, cross_v = model.cross_kv(model.encode(features))
-        plain = model.decode(tokens, positions, FullContext(), cross_k, cross_v)
-        probed = model.decode(tokens, positions, FullContext(), cross_k, cross_v, probe)
+        cross = DenseCross(*model.cross_kv(model.encode(features).hidden))
+        plain = model.decode(tokens, positions, FullContext(), cross)
+        probed = model.decode(tokens, positions, FullContext(), cross, probe)
     assert torch.equal(plain, probed)
     assert probe.heads == ((1, 0), (2, 5), (3, 1))
 

@@ -6,7 +6,11 @@ from oasr.registry import Registry
 
 FEATURE_EXTRACTORS: Registry[type] = Registry(
     "feature extractor",
-    lazy={"whisper_logmel": "oasr.features.whisper_logmel", "nemo_logmel": "oasr.features.nemo_logmel"},
+    lazy={
+        "whisper_logmel": "oasr.features.whisper_logmel",
+        "nemo_logmel": "oasr.features.nemo_logmel",
+        "aed_logmel": "oasr.features.aed_logmel",
+    },
 )
 
 __all__ = ["FEATURE_EXTRACTORS"]

@@ -23,6 +23,7 @@ from oasr.layers.basic import (
     SiLU,
     activation,
 )
+from oasr.layers.positions import SinusoidalPositions
 from oasr.layers.rel_attention import (
     RelPositionMultiHeadAttention,
     relative_position_embeddings,
@@ -49,6 +50,7 @@ __all__ = [
     "ReLU",
     "RelPositionMultiHeadAttention",
     "SiLU",
+    "SinusoidalPositions",
     "activation",
     "apply_backend",
     "kernel_gaps",

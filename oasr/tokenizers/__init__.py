@@ -6,7 +6,11 @@ from oasr.registry import Registry
 
 TOKENIZERS: Registry[type] = Registry(
     "tokenizer",
-    lazy={"whisper_hf_json": "oasr.tokenizers.whisper", "parakeet_hf_json": "oasr.tokenizers.parakeet"},
+    lazy={
+        "whisper_hf_json": "oasr.tokenizers.whisper",
+        "parakeet_hf_json": "oasr.tokenizers.parakeet",
+        "hf_json": "oasr.tokenizers.hf_json",
+    },
 )
 
 __all__ = ["TOKENIZERS"]

@@ -1,12 +1,16 @@
 """Hugging Face ``transformers`` checkpoints: ``config.json`` (``model_type``) + safetensors or a torch pickle.
 
-Architectures are stored in the Hugging Face key layout already, so loading is a lookup; the only work is
-reading ``generation_config.json`` for the checkpoint's decoding defaults.
+Architectures are stored in the Hugging Face key layout already, so loading is a lookup plus the few renames
+in ``_RENAMES``; the other work is reading ``generation_config.json`` for the checkpoint's decoding defaults and,
+for the encoder-decoders with NeMo's frontend, ``preprocessor_config.json`` for their feature settings.
 """
 
 from __future__ import annotations
 
 import json
+import re
+
+import torch
 
 from oasr.errors import CheckpointError
 from oasr.models import CONVERTERS
@@ -19,8 +23,61 @@ _MODEL_TYPES = {
     "parakeet_ctc": "parakeet_ctc",
     "parakeet_rnnt": "parakeet_rnnt",
     "parakeet_tdt": "parakeet_tdt",
+    "canary": "canary",
+    "cohere_asr": "cohere_asr",
 }
 _GENERATION_KEYS = ("suppress_tokens", "begin_suppress_tokens", "alignment_heads")
+
+# Every key rename, per model_type: (pattern, replacement), applied in order to each checkpoint key (a later rule
+# sees what an earlier one wrote). Each rule leaves keys already in the target layout unchanged.
+Renames = tuple[tuple[str, str], ...]
+# Canary / Cohere decoder attention calls its output projection ``o_proj``; the waist's attention ``out_proj``.
+_DECODER_ATTENTION_OUT: Renames = (
+    (r"^(model\.decoder\.layers\.\d+\.(?:self_attn|encoder_attn))\.o_proj\.", r"\1.out_proj."),
+)
+# Cohere Transcribe's published checkpoint keeps NeMo's names, which transformers renames as it loads
+# (``transformers.conversion_mapping``, entry "cohere_asr"); the same renames, to transformers' layout.
+_COHERE_NEMO_NAMES: Renames = (
+    (r"encoder\.pre_encode\.conv\.", r"encoder.subsampling.layers."),
+    (r"encoder\.pre_encode\.out\.", r"encoder.subsampling.linear."),
+    (r"transf_decoder\._embedding\.position_embedding\.pos_enc", r"decoder.pos_emb.weight"),
+    (r"transf_decoder\._embedding\.token_embedding", r"decoder.embed_tokens"),
+    (r"transf_decoder\._embedding\.layer_norm", r"decoder.embedding_layernorm"),
+    (r"transf_decoder\._decoder\.final_layer_norm", r"decoder.norm"),
+    (r"transf_decoder\._decoder\.layers", r"decoder.layers"),
+    (r"encoder_decoder_proj\.", r"decoder.proj."),
+    (r"encoder\.(.+)\.self_attn\.linear_q", r"encoder.\1.self_attn.q_proj"),
+    (r"encoder\.(.+)\.self_attn\.linear_k", r"encoder.\1.self_attn.k_proj"),
+    (r"encoder\.(.+)\.self_attn\.linear_v", r"encoder.\1.self_attn.v_proj"),
+    (r"encoder\.(.+)\.self_attn\.linear_out", r"encoder.\1.self_attn.o_proj"),
+    (r"encoder\.(.+)\.self_attn\.linear_pos", r"encoder.\1.self_attn.relative_k_proj"),
+    (r"encoder\.(.+)\.self_attn\.pos_bias_u", r"encoder.\1.self_attn.bias_u"),
+    (r"encoder\.(.+)\.self_attn\.pos_bias_v", r"encoder.\1.self_attn.bias_v"),
+    (r"decoder\.(.+)\.first_sub_layer\.query_net", r"decoder.\1.self_attn.q_proj"),
+    (r"decoder\.(.+)\.first_sub_layer\.key_net", r"decoder.\1.self_attn.k_proj"),
+    (r"decoder\.(.+)\.first_sub_layer\.value_net", r"decoder.\1.self_attn.v_proj"),
+    (r"decoder\.(.+)\.first_sub_layer\.out_projection", r"decoder.\1.self_attn.o_proj"),
+    (r"\.second_sub_layer\.query_net", r".encoder_attn.q_proj"),
+    (r"\.second_sub_layer\.key_net", r".encoder_attn.k_proj"),
+    (r"\.second_sub_layer\.value_net", r".encoder_attn.v_proj"),
+    (r"\.second_sub_layer\.out_projection", r".encoder_attn.o_proj"),
+    (r"\.third_sub_layer\.dense_in", r".mlp.fc1"),
+    (r"\.third_sub_layer\.dense_out", r".mlp.fc2"),
+    (r"\.layer_norm_1\.", r".input_layernorm."),
+    (r"\.layer_norm_2\.", r".post_attention_layernorm."),
+    (r"\.layer_norm_3\.", r".final_layernorm."),
+    (r"\.conv\.batch_norm", r".conv.norm"),
+    (r"log_softmax\.mlp\.layer0", r"proj_out"),
+)
+_RENAMES: dict[str, Renames] = {
+    "canary": _DECODER_ATTENTION_OUT,
+    "cohere_asr": _COHERE_NEMO_NAMES + _DECODER_ATTENTION_OUT,
+}
+# Keys some checkpoints carry that no module takes: NeMo's featurizer buffers (its mel filters and window),
+# which the feature extractor computes itself.
+_DROPPED = re.compile(r"^preprocessor\.featurizer\.")
+# preprocessor_config.json, merged into the config under "preprocessor" for architectures whose frontend reads it.
+_PREPROCESSOR_TYPES = ("canary", "cohere_asr")
 
 
 @CONVERTERS.register("huggingface")
@@ -45,10 +102,32 @@ class HuggingFaceConverter:
         if generation_file.is_file():
             generation = json.loads(generation_file.read_text())
             config.update({k: generation[k] for k in _GENERATION_KEYS if generation.get(k) is not None})
+        preprocessor_file = source.directory / "preprocessor_config.json"
+        if model_type in _PREPROCESSOR_TYPES and preprocessor_file.is_file():
+            config["preprocessor"] = json.loads(preprocessor_file.read_text())
+        state_dict, dropped = rename_keys(model_type, load_state_dict(find_weights(source.directory)))
         return Checkpoint(
             architecture=_MODEL_TYPES[model_type],
             config=config,
-            state_dict=load_state_dict(find_weights(source.directory)),
+            state_dict=state_dict,
             tokenizer_file=require_file(source.directory / "tokenizer.json"),
             format="huggingface",
+            dropped_keys=dropped,
         )
+
+
+def rename_keys(model_type: str, state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The checkpoint's keys in the architecture's layout (``_RENAMES``), and the keys dropped (``_DROPPED``)."""
+    renames = [(re.compile(pattern), replacement) for pattern, replacement in _RENAMES.get(model_type, ())]
+    if not renames:
+        return state, []
+    renamed: dict[str, torch.Tensor] = {}
+    dropped: list[str] = []
+    for key, tensor in state.items():
+        if _DROPPED.match(key):
+            dropped.append(key)
+            continue
+        for pattern, replacement in renames:
+            key = pattern.sub(replacement, key)
+        renamed[key] = tensor
+    return renamed, dropped

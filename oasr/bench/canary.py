@@ -1,0 +1,157 @@
+"""Canary shapes with random weights: OASR's engine beside transformers' ``generate`` on identical weights.
+
+    python -m oasr.bench.canary --arch canary-1b-v2 --num-utterances 1024 --output-tokens 32 --device cuda
+
+Audio is seeded noise of LibriSpeech-like lengths (2-20 s). Random weights make its content irrelevant, and both
+sides decode the same frames with the same weights and exactly ``--output-tokens`` tokens per clip
+(end-of-text is held back until then, on both sides), so they do the same work. The peer runs on OASR's
+features on the device, its most favourable setting (its features cost what ours cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oasr.bench.parakeet import synthetic_audio, sync
+
+LANGUAGES = ("en", "de", "fr", "es")
+# The ids of the first special tokens follow canary-1b-v2's vocabulary (pad 2, end 3, start of transcript 4,
+# start of context 7), so transformers' config defaults hold; OASR finds each by name.
+SPECIAL_TOKENS = (
+    "<unk>", "<|nospeech|>", "<pad>", "<|endoftext|>", "<|startoftranscript|>", "<|pnc|>", "<|nopnc|>",
+    "<|startofcontext|>", "<|itn|>", "<|noitn|>", "<|timestamp|>", "<|notimestamp|>", "<|diarize|>",
+    "<|nodiarize|>", "<|spkchange|>", "<|audioseparator|>", "<|emo:undefined|>", "<|emo:neutral|>",
+    *(f"<|{lang}|>" for lang in LANGUAGES),
+)
+CANARY_SHAPES = {
+    # canary-1b-v2: a 32-layer 1024-wide FastConformer encoder (128 mels), an 8-layer 1024-wide decoder.
+    "canary-1b-v2": (dict(hidden_size=1024, num_hidden_layers=32, num_attention_heads=8, intermediate_size=4096,
+                          conv_kernel_size=9, subsampling_conv_channels=256, num_mel_bins=128),
+                     dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=8,
+                          intermediate_size=4096, head_dim=128, vocab_size=16384, max_position_embeddings=1024)),
+}
+
+
+def write_vocabulary(path: Path, size: int) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    pieces = [*SPECIAL_TOKENS, *(f"\u2581w{i}" for i in range(size - len(SPECIAL_TOKENS)))]
+    tok = Tokenizer(models.Unigram([(p, -1.0) for p in pieces], unk_id=0))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    tok.save(str(path))
+
+
+def build(arch: str, directory: Path, seed: int = 0):
+    """Saves a randomly initialised transformers Canary of ``arch``'s shape to ``directory``; returns it."""
+    import transformers
+
+    encoder, decoder = CANARY_SHAPES[arch]
+    torch.manual_seed(seed)
+    config = transformers.CanaryConfig(encoder_config=transformers.ParakeetEncoderConfig(**encoder),
+                                       decoder_config=transformers.CanaryDecoderConfig(**decoder),
+                                       vocab_size=decoder["vocab_size"], tie_word_embeddings=True)
+    model = transformers.CanaryForConditionalGeneration(config).eval()
+    model.save_pretrained(directory)
+    transformers.ParakeetFeatureExtractor(feature_size=encoder["num_mel_bins"]).save_pretrained(directory)
+    write_vocabulary(directory / "tokenizer.json", decoder["vocab_size"])
+    return model
+
+
+def run_transformers(model, audio, prompt, *, batch_size, tokens, device, dtype, extractor):
+    ids = []
+    sync(device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for i in range(0, len(audio), batch_size):
+            chunk = audio[i : i + batch_size]
+            features, lengths = extractor(chunk, device=device)
+            mask = torch.arange(features.shape[-1], device=device)[None, :] < lengths[:, None]
+            out = model.generate(input_features=features.transpose(1, 2).to(dtype), attention_mask=mask,
+                                 decoder_input_ids=torch.tensor([prompt] * len(chunk), device=device),
+                                 do_sample=False, num_beams=1, min_new_tokens=tokens, max_new_tokens=tokens)
+            ids.extend(out[:, len(prompt):].tolist())
+    sync(device)
+    return time.perf_counter() - start, ids
+
+
+def main(argv: list[str] | None = None) -> None:
+    from oasr.engine.config import EngineConfig, SchedulerConfig
+    from oasr.engine.engine import ASREngine
+    from oasr.models.loader import from_pretrained, pick_device, pick_dtype
+    from oasr.types import DecodeOptions
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", default="canary-1b-v2", choices=sorted(CANARY_SHAPES))
+    parser.add_argument("--num-utterances", type=int, default=1024)
+    parser.add_argument("--output-tokens", type=int, default=32)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[32, 64, 128])
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-encode-rows", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
+    args = parser.parse_args(argv)
+    device = pick_device(args.device)
+    dtype = pick_dtype(None if args.dtype == "auto" else args.dtype, device)
+    audio = synthetic_audio(args.num_utterances)
+    audio_s = sum(len(a) for a in audio) / 16000
+    with tempfile.TemporaryDirectory() as tmp:
+        reference = build(args.arch, Path(tmp))
+        loaded = from_pretrained(tmp, device=device, dtype=dtype)
+    options = DecodeOptions(language="en", min_new_tokens=args.output_tokens, max_new_tokens=args.output_tokens)
+    engine = ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
+        max_num_seqs=args.max_num_seqs, max_encode_rows=args.max_encode_rows,
+        max_encoder_frames=args.max_encode_rows * 2001)))
+    prompt = list(engine.runner.prompter.prompt(options, None).token_ids)
+    reference = reference.to(device=device, dtype=dtype)
+
+    def run_oasr() -> tuple[float, dict[str, list[int]]]:
+        sync(device)
+        start = time.perf_counter()
+        out = {o.request_id: o.token_ids for o in engine.run((f"r{i}", a, options) for i, a in enumerate(audio))}
+        sync(device)
+        return time.perf_counter() - start, out
+
+    def peer(batch_size: int):
+        return run_transformers(reference, audio, prompt, batch_size=batch_size, tokens=args.output_tokens,
+                                device=device, dtype=dtype, extractor=loaded.features)
+
+    run_oasr()  # warm-up of both sides on the whole set, then alternating timed rounds
+    for batch_size in args.peer_batch_sizes:
+        peer(batch_size)
+    our_times, peer_times, best = [], {b: [] for b in args.peer_batch_sizes}, None
+    for _ in range(args.rounds):
+        seconds, ours = run_oasr()
+        our_times.append(seconds)
+        for batch_size in args.peer_batch_sizes:
+            seconds, ids = peer(batch_size)
+            peer_times[batch_size].append(seconds)
+            if best is None or seconds < best[0]:
+                best = (seconds, ids, batch_size)
+    our_seconds = min(our_times)
+    their_seconds, their_ids, their_batch = best
+    same = float(np.mean([ours[f"r{i}"] == ids for i, ids in enumerate(their_ids)]))
+    print(json.dumps({
+        "arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
+        "audio_seconds": round(audio_s, 1), "output_tokens": args.output_tokens,
+        "oasr": {"seconds": round(our_seconds, 3), "audio_seconds_per_second": round(audio_s / our_seconds, 1),
+                 "rounds": [round(t, 3) for t in our_times]},
+        "transformers": {"seconds": round(their_seconds, 3), "batch_size": their_batch,
+                         "audio_seconds_per_second": round(audio_s / their_seconds, 1),
+                         "rounds": {b: [round(t, 3) for t in ts] for b, ts in peer_times.items()}},
+        "speedup": round(their_seconds / our_seconds, 2),
+        "identical_outputs": same,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

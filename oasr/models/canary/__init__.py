@@ -1,0 +1,1 @@
+"""Canary and Cohere Transcribe: a FastConformer encoder with a transformer decoder."""
