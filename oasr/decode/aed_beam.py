@@ -48,6 +48,11 @@ class AEDBeam(DecodeStrategy):
     def __init__(self, eot: int) -> None:
         self.eot = eot
 
+    @staticmethod
+    def candidates_for(options: DecodeOptions) -> BeamCandidates:
+        """The host half of one request's search."""
+        return BeamCandidates.for_options(options)
+
     def select(self, logprobs: torch.Tensor, scores: torch.Tensor, beam_size: int) -> BeamChoice:
         """logprobs: float32 [G, R, vocab], log-softmax of the filtered logits of each request's live beams;
         scores: float32 [G, R], the beams' summed log-probabilities -> the step's ``BeamChoice``."""
@@ -109,6 +114,24 @@ class BeamCandidates:
     def num_wanted(self) -> int:
         """How many more ended hypotheses the search takes."""
         return max(self.max_candidates - len(self.ended), 0)
+
+    def plan(self, ended: list[list[tuple[int, float]]], best_live: list[float], num_generated: int,
+             max_new_tokens: int) -> tuple[list[tuple[int, int, float]], int | None]:
+        """From one search's staged steps (per step: the (slot, summed log-probability) of each hypothesis that
+        ended there, best first; and its best live beam's score): the hypotheses it takes as (step, slot, score)
+        and the step it ends at (None: it goes on). openai-whisper's rule: the first ``max_candidates`` to end."""
+        taken: list[tuple[int, int, float]] = []
+        wanted = self.num_wanted
+        for step, row in enumerate(ended):
+            taken += [(step, slot, score) for slot, score in row[:wanted]]
+            wanted -= len(row[:wanted])
+            if wanted == 0 or num_generated + step + 1 >= max_new_tokens:
+                return taken, step
+        return taken, None
+
+    def wants_live(self, num_taken: int) -> bool:
+        """Whether a search that ends with ``num_taken`` more hypotheses ranks its live beams too."""
+        return len(self.ended) + num_taken < self.beam_size
 
     def add(self, ended: Sequence[Hypothesis]) -> None:
         """One step's ended hypotheses, best first; those past the search's quota are dropped."""

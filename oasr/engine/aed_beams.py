@@ -73,7 +73,7 @@ class BeamRows:
 
     def open(self, request_id: str, slots: Sequence[int], prompt_len: int, max_new_tokens: int,
              options: DecodeOptions) -> BeamGroup:
-        group = BeamGroup(request_id, tuple(slots), prompt_len, max_new_tokens, BeamCandidates.for_options(options))
+        group = BeamGroup(request_id, tuple(slots), prompt_len, max_new_tokens, self.strategy.candidates_for(options))
         self.groups[request_id] = group
         return group
 
@@ -161,14 +161,19 @@ class BeamRows:
         returns the results of the searches that ended (quota of ended hypotheses reached, or token budget)."""
         groups = list(tick.groups)
         columns = [slot for g in groups for slot in g.slots]
-        scores = self.ended_scores[:num_steps, columns].double().cpu().tolist()
+        firsts = [g.slots[0] for g in groups]  # the best live beam of each search sits in its first slot
+        staged = torch.cat((self.ended_scores[:num_steps, columns], self.live_scores[:num_steps, firsts]), dim=1)
+        staged = staged.double().cpu().tolist()
         plans, wanted, offset = [], [], 0
-        for group in groups:
-            plan = self._plan(group, [row[offset : offset + len(group.slots)] for row in scores])
+        for index, group in enumerate(groups):
+            ended = [[(slot, s) for slot, s in zip(group.slots, row[offset : offset + len(group.slots)], strict=True)
+                      if not math.isnan(s)] for row in staged]
+            best_live = [row[len(columns) + index] for row in staged]
+            plan = group.search.plan(ended, best_live, group.num_generated, group.max_new_tokens)
             plans.append(plan)
             taken, final = plan
             wanted += [("ended", step, slot) for step, slot, _ in taken]
-            if final is not None and len(group.search.ended) + len(taken) < group.search.beam_size:
+            if final is not None and group.search.wants_live(len(taken)):
                 wanted += [("live", final, slot) for slot in group.slots]
             offset += len(group.slots)
         rows = self._fetch(wanted)
@@ -176,20 +181,6 @@ class BeamRows:
         for group, (taken, final) in zip(groups, plans, strict=True):
             results.update(self._settle(group, taken, final, num_steps, rows))
         return results
-
-    @staticmethod
-    def _plan(group: BeamGroup, scores: list[list[float]]) -> tuple[list[tuple[int, int, float]], int | None]:
-        """From one group's staged scores per step (NaN: nothing ended in that column): the hypotheses its
-        search takes as (step, slot, score), and the step it ends at (None: it goes on)."""
-        taken: list[tuple[int, int, float]] = []
-        wanted = group.search.num_wanted
-        for step, row in enumerate(scores):
-            ended = [(step, slot, s) for slot, s in zip(group.slots, row, strict=True) if not math.isnan(s)]
-            taken += ended[:wanted]
-            wanted -= len(ended[:wanted])
-            if wanted == 0 or group.num_generated + step + 1 >= group.max_new_tokens:
-                return taken, step
-        return taken, None
 
     def _fetch(self, wanted: list[tuple[str, int, int]]) -> dict[tuple[str, int, int], tuple[list[int], float]]:
         """The staged rows named by (kind, step, slot), in one transfer: tokens by position and the score."""

@@ -53,7 +53,7 @@ class CanaryForConditionalGeneration(nn.Module):
     # window is cut at quiet points by the transcription driver. Canary was trained on segments of up to 40 s.
     capabilities = ModelCapabilities(
         runner="autoregressive",
-        decode_strategies=("aed_greedy", "aed_beam"),
+        decode_strategies=("aed_greedy", "hf_beam"),  # beam search as transformers' generate
         options=frozenset({"language", "target_language", "punctuation", "temperature", "min_new_tokens"}),
         tasks=("transcribe", "translate"),
         window_seconds=40.0,
@@ -160,7 +160,7 @@ class CohereAsrForConditionalGeneration(CanaryForConditionalGeneration):
     # Cohere's feature extractor cuts clips over 30 s into chunks of at most 30 s.
     capabilities = ModelCapabilities(
         runner="autoregressive",
-        decode_strategies=("aed_greedy", "aed_beam"),
+        decode_strategies=("aed_greedy", "hf_beam"),  # beam search as transformers' generate
         options=frozenset({"language", "punctuation", "temperature", "min_new_tokens"}),
         window_seconds=30.0,
     )
