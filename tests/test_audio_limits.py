@@ -13,6 +13,7 @@ import tracemalloc
 from pathlib import Path
 
 import av
+import httpx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -21,6 +22,9 @@ import oasr
 from oasr.audio import SAMPLE_RATE, load_audio
 from oasr.audio.bounded import MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from oasr.errors import AudioDecodeError, AudioTooLongError
+from oasr.serving.app import build_app
+from oasr.serving.settings import ServerSettings
+from serving_harness import WAIT_S, running_server, small_engine
 
 LIMIT_S = 60.0
 MIB = 1 << 20
@@ -197,3 +201,38 @@ def test_infinite_limit_is_no_limit():
 def test_limit_must_be_positive(limit):
     with pytest.raises(ValueError, match="max_seconds"):
         load_audio(JFK, max_seconds=limit)
+
+
+# --------------------------------------------------------------------------- the server
+
+
+@pytest.fixture(scope="module")
+def server() -> str:
+    engine = small_engine("tiny.en")
+    try:
+        settings = ServerSettings(served_model_name="tiny.en", max_audio_seconds=LIMIT_S)
+        with running_server(build_app(engine, settings)) as url:
+            yield url
+    finally:
+        engine.shutdown()
+
+
+def upload(url: str, name: str, data: bytes) -> httpx.Response:
+    return httpx.post(f"{url}/v1/audio/transcriptions", files={"file": (name, data)}, data={"model": "tiny.en"},
+                      timeout=WAIT_S)
+
+
+def test_server_refuses_lying_headers_with_400_naming_the_limit(server, long_flac_of_unknown_length):
+    declared = upload(server, "declares.flac", flac_declaring(flac_silence(1, 48_000, 2), 7200 * 48_000))
+    unknown = upload(server, "unknown.flac", long_flac_of_unknown_length)
+    one_hz = upload(server, "slow.wav", wav(np.zeros(50_000, dtype=np.float32), rate=1))
+    for response in (declared, unknown):
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == "audio_too_long" and error["param"] == "file"
+        assert "this server accepts at most 60 s" in error["message"]
+    assert "declares.flac: the file declares 7200.0 s of audio" in declared.json()["error"]["message"]
+    assert one_hz.status_code == 400 and one_hz.json()["error"]["code"] == "invalid_audio"
+    assert "1 Hz" in one_hz.json()["error"]["message"]
+    answer = upload(server, JFK.name, JFK.read_bytes())  # and ordinary audio under the limit is transcribed
+    assert answer.status_code == 200 and "country" in answer.json()["text"]
