@@ -100,8 +100,8 @@ def refusal(data: bytes, **kwargs) -> tuple[AudioDecodeError, int]:
 
 @pytest.fixture(scope="module")
 def long_flac_of_unknown_length() -> bytes:
-    """Five minutes of 48 kHz stereo silence, 115 MB once decoded, in a FLAC that declares no length."""
-    return flac_declaring(flac_silence(300, 48_000, 2), 0)
+    """Ten minutes of 48 kHz stereo silence, 230 MB once decoded, in a FLAC that declares no length."""
+    return flac_declaring(flac_silence(600, 48_000, 2), 0)
 
 
 # --------------------------------------------------------------------------- refused from the header
@@ -152,8 +152,8 @@ def test_input_declaring_more_than_the_limit_is_refused_unread(case):
 def test_flac_of_unknown_length_stops_decoding_soon_after_the_limit(long_flac_of_unknown_length):
     error, peak = refusal(long_flac_of_unknown_length, max_seconds=LIMIT_S)
     assert isinstance(error, AudioTooLongError) and "runs past" in error.length
-    # Decoded whole it is 115 MB at 48 kHz stereo and 19 MB at 16 kHz mono; 64 s at 16 kHz is 4 MB.
-    assert peak < 12 * MIB
+    # Decoded whole it is 230 MB at 48 kHz stereo and 38 MB at 16 kHz mono; 64 s at 16 kHz is 4 MB.
+    assert peak < 16 * MIB
 
 
 def test_flac_of_unknown_length_within_the_limit_decodes_whole():
@@ -180,6 +180,19 @@ def test_wav_whose_data_chunk_claims_gigabytes_decodes_only_its_body():
     assert peak < 2 * MIB
     error, _ = refusal(lying, max_seconds=2.0)
     assert isinstance(error, AudioTooLongError)
+
+
+def test_long_honest_input_is_decoded_holding_about_one_copy_of_its_output():
+    ten_minutes = flac_silence(600, 48_000, 2)  # 230 MB at 48 kHz stereo; 38 MB at 16 kHz mono
+    tracemalloc.start()
+    try:
+        decoded = load_audio(ten_minutes, max_seconds=3600.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert decoded.shape == (600 * SAMPLE_RATE,)
+    # The output plus a few blocks: neither the whole stream at its own rate nor the output twice (a concatenation).
+    assert peak < decoded.nbytes + 16 * MIB
 
 
 # --------------------------------------------------------------------------- the limit itself

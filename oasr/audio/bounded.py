@@ -25,6 +25,9 @@ MAX_SAMPLE_RATE = 384_000
 MAX_CHANNELS = 256
 # Samples (all channels together) decoded per block: 4 MiB of float32, whatever the channel count.
 BLOCK_SAMPLES = 1 << 20
+# Without a limit, a declared length sizes the output array only up to this; longer streams grow it. A header
+# can declare anything, and an unlimited decode (a trusted local file) should fail on its data, not its header.
+UNLIMITED_PREALLOCATION_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,11 @@ class MonoCollector:
     Each ``(frames, channels)`` block at the stream's rate is averaged (or has its channel picked) and resampled
     as it arrives; soxr's streaming resampler gives the same samples as resampling the whole signal at once.
     Decoding past the limit plus :func:`margin_s` raises :class:`~oasr.errors.AudioTooLongError` before the
-    block is kept.
+    block is kept. ``declared_frames``, the header's length where it gives one, sizes the output once.
     """
 
-    def __init__(self, name: str, sample_rate: int, num_channels: int, target: DecodeTarget) -> None:
+    def __init__(self, name: str, sample_rate: int, num_channels: int, target: DecodeTarget,
+                 declared_frames: int | None = None) -> None:
         check_stream(name, sample_rate, num_channels, target.channel)
         self.name = name
         self.sample_rate = sample_rate
@@ -106,7 +110,18 @@ class MonoCollector:
         self._resampler: soxr.ResampleStream | None = None
         if sample_rate != target.sample_rate:
             self._resampler = soxr.ResampleStream(sample_rate, target.sample_rate, 1, dtype="float32")
-        self._chunks: list[np.ndarray] = []
+        self._output = _Samples(self._capacity(declared_frames))
+
+    def _capacity(self, declared_frames: int | None) -> int:
+        """Output samples to allocate up front: the declared length, never past what the limit lets through."""
+        ratio = self.target.sample_rate / self.sample_rate
+        if self._max_frames is not None:
+            bound = self._max_frames
+        else:
+            bound = int(UNLIMITED_PREALLOCATION_S * self.sample_rate)
+        if declared_frames is None:
+            return int(min(bound, self.sample_rate) * ratio) + 2  # a second; grown as the stream goes on
+        return int(min(bound, max(declared_frames, 0)) * ratio) + 2  # soxr's rounding
 
     def add(self, block: np.ndarray) -> None:
         """Take one ``(frames, channels)`` float32 block at the stream's rate."""
@@ -120,18 +135,13 @@ class MonoCollector:
         mono = np.ascontiguousarray(self._pick(block), dtype=np.float32)
         if self._resampler is not None:
             mono = self._resampler.resample_chunk(mono, last=False)
-        if mono.size:
-            self._chunks.append(mono)
+        self._output.append(mono)
 
     def finish(self) -> np.ndarray:
         """Everything taken, as one contiguous 1-D float32 array at the target rate."""
         if self._resampler is not None:
-            self._chunks.append(self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
-        if not self._chunks:
-            return np.zeros(0, dtype=np.float32)
-        out = self._chunks[0] if len(self._chunks) == 1 else np.concatenate(self._chunks)
-        self._chunks = []
-        return np.ascontiguousarray(out, dtype=np.float32)
+            self._output.append(self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        return self._output.result()
 
     def _pick(self, block: np.ndarray) -> np.ndarray:
         """Average all channels, or keep the one asked for."""
@@ -141,3 +151,28 @@ class MonoCollector:
         if self.num_channels == 1:
             return block[:, 0]
         return block.mean(axis=1, dtype=np.float32)
+
+
+class _Samples:
+    """1-D float32 samples appended into one array, grown by doubling past its first capacity, so the result is
+    that array itself and not a concatenation of blocks (which holds the output twice at the end)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._data = np.empty(max(1, capacity), dtype=np.float32)
+        self.size = 0
+
+    def append(self, samples: np.ndarray) -> None:
+        end = self.size + samples.size
+        if end > self._data.size:
+            grown = np.empty(max(end, 2 * self._data.size), dtype=np.float32)
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+        self._data[self.size : end] = samples
+        self.size = end
+
+    def result(self) -> np.ndarray:
+        out = self._data[: self.size]
+        if self._data.size - self.size > max(self.size // 8, 1 << 12):  # spare room not worth keeping alive
+            out = out.copy()
+        self._data = np.empty(0, dtype=np.float32)
+        return out

@@ -193,9 +193,11 @@ def _decode_with_soundfile(src: _Input, target: DecodeTarget) -> MonoCollector:
     of unknown length is read block by block until it ends or passes the limit.
     """
     with sf.SoundFile(src.open()) as f:
-        collector = MonoCollector(src.name, int(f.samplerate), int(f.channels), target)
-        if f.frames != _SF_UNKNOWN_FRAMES:
-            check_declared(src.name, f.frames / f.samplerate, target.max_seconds)
+        check_stream(src.name, int(f.samplerate), int(f.channels), target.channel)
+        declared = None if f.frames == _SF_UNKNOWN_FRAMES else int(f.frames)
+        if declared is not None:
+            check_declared(src.name, declared / f.samplerate, target.max_seconds)
+        collector = MonoCollector(src.name, int(f.samplerate), int(f.channels), target, declared)
         num_frames = block_frames(f.channels)
         if f.format == "MP3" and f.frames * f.channels <= _MP3_ONE_READ_SAMPLES:
             # libsndfile's MP3 decoder rounds some samples one float32 step differently after a read boundary,
@@ -220,13 +222,14 @@ def _decode_with_pyav(src: _Input, target: DecodeTarget) -> MonoCollector | None
         if not container.streams.audio:
             raise _NoAudioStream()
         stream = container.streams.audio[0]
-        _check_pyav_header(src.name, container, stream, target)
+        declared_s = _check_pyav_header(src.name, container, stream, target)
         resampler: av.AudioResampler | None = None
         collector: MonoCollector | None = None
         for frame in container.decode(stream):
             if resampler is None:
                 rate = int(frame.sample_rate)
-                collector = MonoCollector(src.name, rate, frame.layout.nb_channels, target)
+                declared = None if declared_s is None else int(declared_s * rate)
+                collector = MonoCollector(src.name, rate, frame.layout.nb_channels, target, declared)
                 resampler = av.AudioResampler(format="fltp", layout=frame.layout, rate=rate)
             for out in resampler.resample(frame):
                 collector.add(out.to_ndarray().T)
@@ -237,8 +240,9 @@ def _decode_with_pyav(src: _Input, target: DecodeTarget) -> MonoCollector | None
 
 
 def _check_pyav_header(name: str, container: av.container.InputContainer, stream: av.AudioStream,
-                       target: DecodeTarget) -> None:
-    """What FFmpeg read from the header, checked before the first frame; a field it left unset is skipped."""
+                       target: DecodeTarget) -> float | None:
+    """What FFmpeg read from the header, checked before the first frame; a field it left unset is skipped.
+    Returns the declared length in seconds, if any."""
     codec = stream.codec_context
     if codec.sample_rate and codec.layout.nb_channels:
         check_stream(name, int(codec.sample_rate), int(codec.layout.nb_channels), target.channel)
@@ -248,6 +252,7 @@ def _check_pyav_header(name: str, container: av.container.InputContainer, stream
     elif container.duration is not None:
         declared_s = container.duration / av.time_base
     check_declared(name, declared_s, target.max_seconds)
+    return declared_s
 
 
 def _open_container(handle: str | io.BytesIO) -> av.container.InputContainer:
