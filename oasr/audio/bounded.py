@@ -110,18 +110,17 @@ class MonoCollector:
         self._resampler: soxr.ResampleStream | None = None
         if sample_rate != target.sample_rate:
             self._resampler = soxr.ResampleStream(sample_rate, target.sample_rate, 1, dtype="float32")
-        self._output = _Samples(self._capacity(declared_frames))
+        self._output = _Samples(self._capacity(declared_frames), self._capacity(self._max_frames))
 
     def _capacity(self, declared_frames: int | None) -> int:
-        """Output samples to allocate up front: the declared length, never past what the limit lets through."""
-        ratio = self.target.sample_rate / self.sample_rate
+        """Output samples to allocate for ``declared_frames`` at the stream's rate (None: a second, grown as the
+        stream goes on), never past what the limit lets through."""
         if self._max_frames is not None:
             bound = self._max_frames
         else:
             bound = int(UNLIMITED_PREALLOCATION_S * self.sample_rate)
-        if declared_frames is None:
-            return int(min(bound, self.sample_rate) * ratio) + 2  # a second; grown as the stream goes on
-        return int(min(bound, max(declared_frames, 0)) * ratio) + 2  # soxr's rounding
+        frames = self.sample_rate if declared_frames is None else max(declared_frames, 0)
+        return int(min(bound, frames) * self.target.sample_rate / self.sample_rate) + 2  # + soxr's rounding
 
     def add(self, block: np.ndarray) -> None:
         """Take one ``(frames, channels)`` float32 block at the stream's rate."""
@@ -154,17 +153,19 @@ class MonoCollector:
 
 
 class _Samples:
-    """1-D float32 samples appended into one array, grown by doubling past its first capacity, so the result is
-    that array itself and not a concatenation of blocks (which holds the output twice at the end)."""
+    """1-D float32 samples appended into one array, grown by doubling past its first capacity (up to
+    ``max_capacity`` while that suffices), so the result is that array itself and not a concatenation of blocks
+    (which holds the output twice at the end)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, max_capacity: int) -> None:
         self._data = np.empty(max(1, capacity), dtype=np.float32)
+        self._max_capacity = max_capacity
         self.size = 0
 
     def append(self, samples: np.ndarray) -> None:
         end = self.size + samples.size
         if end > self._data.size:
-            grown = np.empty(max(end, 2 * self._data.size), dtype=np.float32)
+            grown = np.empty(max(end, min(2 * self._data.size, self._max_capacity)), dtype=np.float32)
             grown[: self.size] = self._data[: self.size]
             self._data = grown
         self._data[self.size : end] = samples
