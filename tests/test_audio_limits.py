@@ -70,20 +70,36 @@ def wav_with_data_size(data: bytes, num_bytes: int) -> bytes:
     return bytes(out)
 
 
-def adts_silence(seconds: int) -> bytes:
-    """One second of AAC silence in ADTS frames, repeated: every frame carries its own header, so the repeats
-    are one valid stream that FFmpeg estimates the length of from its size and bitrate."""
+def aac_silence(container_format: str, seconds: int) -> bytes:
+    """48 kHz stereo AAC silence, encoded by FFmpeg into ``container_format``."""
     out = io.BytesIO()
-    with av.open(out, "w", format="adts") as container:
+    with av.open(out, "w", format=container_format) as container:
         stream = container.add_stream("aac", rate=48_000, layout="stereo")
-        for start in range(0, 48_000, 1024):
+        for start in range(0, seconds * 48_000, 1024):
             frame = av.AudioFrame.from_ndarray(np.zeros((2, 1024), dtype=np.float32), format="fltp", layout="stereo")
             frame.sample_rate, frame.pts = 48_000, start
             for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode(None):
             container.mux(packet)
-    return out.getvalue() * seconds
+    return out.getvalue()
+
+
+def adts_silence(seconds: int) -> bytes:
+    """One second of AAC silence in ADTS frames, repeated: every frame carries its own header, so the repeats
+    are one valid stream that FFmpeg estimates the length of from its size and bitrate."""
+    return aac_silence("adts", 1) * seconds
+
+
+def m4a_declaring(data: bytes, seconds: float) -> bytes:
+    """``data`` (an MP4 file) with its movie and media headers saying ``seconds``; the packets stay as they are."""
+    out = bytearray(data)
+    for box in (b"mvhd", b"mdhd"):
+        at = out.find(box)
+        assert out[at + 4] == 0, "a version 0 header (32-bit times)"
+        timescale = struct.unpack_from(">I", out, at + 16)[0]
+        struct.pack_into(">I", out, at + 20, int(seconds * timescale))
+    return bytes(out)
 
 
 def refusal(data: bytes, **kwargs) -> tuple[AudioDecodeError, int]:
@@ -154,6 +170,13 @@ def test_flac_of_unknown_length_stops_decoding_soon_after_the_limit(long_flac_of
     assert isinstance(error, AudioTooLongError) and "runs past" in error.length
     # Decoded whole it is 230 MB at 48 kHz stereo and 38 MB at 16 kHz mono; 64 s at 16 kHz is 4 MB.
     assert peak < 16 * MIB
+
+
+def test_m4a_whose_headers_say_1_s_stops_decoding_soon_after_the_limit():
+    lying = m4a_declaring(aac_silence("ipod", 20), 1.0)
+    error, _ = refusal(lying, max_seconds=5.0)
+    assert isinstance(error, AudioTooLongError) and error.length == "the audio runs past 6.2 s"
+    assert load_audio(lying, max_seconds=30.0).shape[0] >= 20 * SAMPLE_RATE  # the packets, not the header, count
 
 
 def test_flac_of_unknown_length_within_the_limit_decodes_whole():
