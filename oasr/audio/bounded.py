@@ -155,7 +155,8 @@ class MonoCollector:
 class _Samples:
     """1-D float32 samples appended into one array, grown by doubling past its first capacity (up to
     ``max_capacity`` while that suffices), so the result is that array itself and not a concatenation of blocks
-    (which holds the output twice at the end)."""
+    (which holds the output twice at the end). The array is grown and trimmed in place (``realloc``, which
+    remaps a large block rather than copying it), so no moment holds two copies either."""
 
     def __init__(self, capacity: int, max_capacity: int) -> None:
         self._data = np.empty(max(1, capacity), dtype=np.float32)
@@ -164,16 +165,13 @@ class _Samples:
 
     def append(self, samples: np.ndarray) -> None:
         end = self.size + samples.size
-        if end > self._data.size:
-            grown = np.empty(max(end, min(2 * self._data.size, self._max_capacity)), dtype=np.float32)
-            grown[: self.size] = self._data[: self.size]
-            self._data = grown
+        if end > self._data.size:  # no view of the array exists between calls, so resizing it is safe
+            self._data.resize(max(end, min(2 * self._data.size, self._max_capacity)), refcheck=False)
         self._data[self.size : end] = samples
         self.size = end
 
     def result(self) -> np.ndarray:
-        out = self._data[: self.size]
-        if self._data.size - self.size > max(self.size // 8, 1 << 12):  # spare room not worth keeping alive
-            out = out.copy()
-        self._data = np.empty(0, dtype=np.float32)
-        return out
+        data, self._data = self._data, np.empty(0, dtype=np.float32)
+        if data.size != self.size:
+            data.resize(self.size, refcheck=False)  # gives the spare room back
+        return data
