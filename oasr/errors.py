@@ -16,6 +16,17 @@ class AudioDecodeError(OASRError):
         self.reason = reason
 
 
+class AudioTooLongError(AudioDecodeError):
+    """An input longer than the caller's limit, refused from its header or as soon as decoding passed the limit,
+    so it is never decoded whole. ``length`` says what was seen ("the audio is 45.0 s long", "the file declares
+    7200.0 s of audio"), for layers that word the limit their own way."""
+
+    def __init__(self, source: str, length: str, max_seconds: float) -> None:
+        super().__init__(source, f"{length}, over the limit of {max_seconds:g} s")
+        self.length = length
+        self.max_seconds = max_seconds
+
+
 class ModelNotFoundError(OASRError):
     """A model name or path that resolves to no supported checkpoint."""
 

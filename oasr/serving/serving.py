@@ -43,7 +43,7 @@ from oasr.transcription.offline import to_samples
 from oasr.engine.request import RequestOutput
 from oasr.transcription.results import DecodedWindow, assemble, decoded_window, with_words
 from oasr.transcription.words import alignment_rows
-from oasr.errors import AudioDecodeError, UnsupportedOptionError
+from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
 from oasr.serving.decoding import OrderedText, WindowedDecode
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.formats import render
@@ -277,8 +277,13 @@ class OpenAIServingTranscription:
     async def _decode_audio(self, upload: UploadFile) -> tuple[str, np.ndarray]:
         source = os.path.basename(upload.filename or "")[:_MAX_NAME_CHARS] or "file"
         data = await upload.read()
+        limit = self.settings.max_audio_seconds
         try:  # libsndfile, FFmpeg and soxr release the GIL: decoding on a worker keeps the loop answering
-            return source, await asyncio.to_thread(to_samples, data, source)
+            # The limit goes into decoding: a header that lies about its rate or length must not cost memory.
+            return source, await asyncio.to_thread(to_samples, data, source, limit)
+        except AudioTooLongError as exc:
+            raise APIError(400, f"{source}: {exc.length}; this server accepts at most {limit:g} s.", param="file",
+                           code="audio_too_long") from None
         except AudioDecodeError as exc:
             raise APIError(400, f"Could not read the audio: {exc}", param="file", code="invalid_audio") from None
 

@@ -55,13 +55,15 @@ def describe(item: AudioInput, index: int) -> str:
     return f"<input {index}>"
 
 
-def to_samples(item: AudioInput, name: str) -> np.ndarray:
+def to_samples(item: AudioInput, name: str, max_seconds: float | None = None) -> np.ndarray:
+    """``item`` as 16 kHz mono float32; a file or bytes longer than ``max_seconds`` (None: no limit) is refused
+    while decoding (``AudioTooLongError``), before it is decoded whole."""
     if isinstance(item, np.ndarray):
         samples = np.asarray(item, dtype=np.float32).reshape(-1)
         if samples.size == 0:
             raise AudioDecodeError(name, "zero samples")
         return samples
-    return load_audio(item, name=name)
+    return load_audio(item, name=name, max_seconds=max_seconds)
 
 
 def split_windows(samples: np.ndarray, window: int) -> list[np.ndarray]:
