@@ -36,7 +36,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def server(engine) -> str:
-    settings = ServerSettings(served_model_name="tiny.en", api_key=API_KEY, max_upload_bytes=2 * MIB,
+    settings = ServerSettings(served_model_name="tiny.en", api_keys=(API_KEY,), max_upload_bytes=2 * MIB,
                               max_audio_seconds=MAX_AUDIO_S, request_timeout_s=300)
     with running_server(build_app(engine, settings)) as url:
         yield url

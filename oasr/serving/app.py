@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
 from oasr.engine.config import EngineConfig
+from oasr.serving.connections import uvicorn_config
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
@@ -20,7 +21,6 @@ from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
-GRACEFUL_SHUTDOWN_S = 5  # open streams get this long to finish on Ctrl-C / SIGTERM
 
 
 def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
@@ -115,7 +115,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
     engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
     try:
         log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port, engine_mode)
-        uvicorn.run(build_app(engine, settings), host=host, port=port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-                    log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower())
+        level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+        uvicorn.Server(uvicorn_config(build_app(engine, settings), settings, host=host, port=port,
+                                      log_level=level)).run()
     finally:
         engine.shutdown()
