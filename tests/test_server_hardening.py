@@ -1,5 +1,6 @@
 """``oasr serve`` against clients that try to starve or trick it (slow uploads and slow request heads, one
-client or API key taking every place).
+client or API key taking every place), and what it answers (timestamps by default, the engine's
+measurements).
 
 Slow clients are raw sockets that send their request a little at a time; "other clients" connect from
 another loopback address (all of 127.0.0.0/8 is loopback on Linux), as a second machine would.
@@ -22,7 +23,11 @@ from oasr.audio import load_audio
 from oasr.cli import _serve_settings, build_parser
 from oasr.serving.app import build_app
 from oasr.serving.connections import uvicorn_config
+from oasr.serving.formats import to_srt, to_vtt
 from oasr.serving.settings import ServerSettings
+from oasr.serving.verbose import verbose_segments
+from oasr.transcription.results import decoded_window
+from oasr.types import DecodeOptions
 from serving_harness import WAIT_S, running_server, small_engine, wait_until, wav_bytes
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
@@ -230,3 +235,37 @@ def test_serve_flags_set_the_keys_caps_and_timeouts(monkeypatch):
     assert (settings.body_timeout_s, settings.header_timeout_s) == (5, 2)
     defaults = ServerSettings(served_model_name="m")
     assert (defaults.max_in_flight_per_client, defaults.max_in_flight_per_key) == (64, 128)
+
+
+# ------------------------------------------------------------------------------------------ response formats
+
+
+@pytest.fixture(scope="module")
+def offline_timestamped(tiny_en):
+    return oasr.transcribe(JFK, tiny_en, timestamps=True)[0]
+
+
+def test_subtitles_and_verbose_json_decode_timestamps_by_default(engine, offline_timestamped):
+    expected = offline_timestamped
+    assert len(expected.segments) == 2  # tiny.en closes a segment at 8.00 s: one cue per 30 s window would be 1
+    with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
+        def answer(fmt: str) -> httpx.Response:
+            return httpx.post(f"{url}/v1/audio/transcriptions", files={"file": (JFK.name, JFK.read_bytes())},
+                              data={"model": "tiny.en", "response_format": fmt}, timeout=WAIT_S)
+
+        assert answer("srt").text == to_srt(expected)
+        assert answer("vtt").text == to_vtt(expected)
+        verbose = answer("verbose_json").json()
+    assert [(s["start"], s["end"], s["text"].strip()) for s in verbose["segments"]] == [
+        (s.start, s.end, s.text) for s in expected.segments]
+    for segment in verbose["segments"]:  # measured by the engine over the window, never left null
+        assert segment["avg_logprob"] < 0 and 0 <= segment["no_speech_prob"] < 0.6
+
+
+def test_window_segments_carry_the_engines_measurements(tiny_en):
+    """A model without timestamps answers one segment per window; it still carries what the engine measured."""
+    tokenizer = tiny_en.tokenizer
+    window = decoded_window(tokenizer, 0, 480_000, 11.0, tokenizer.encode(" And so my fellow Americans"), "en",
+                            avg_logprob=-0.25, no_speech_prob=0.125)
+    (segment,) = verbose_segments(tokenizer, [window], DecodeOptions(timestamps=False))
+    assert (segment.start, segment.end, segment.avg_logprob, segment.no_speech_prob) == (0.0, 11.0, -0.25, 0.125)

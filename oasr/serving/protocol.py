@@ -115,8 +115,9 @@ class TranscriptionResponse(BaseModel):
 
 
 class VerboseSegment(BaseModel):
-    """One decoding window. ``avg_logprob`` and ``no_speech_prob`` are null: the engine does not report
-    log-probabilities yet, and a made-up number would mislead the thresholds clients apply to them."""
+    """A span closed by timestamp tokens, or one decoding window. ``avg_logprob`` and ``no_speech_prob`` are
+    the engine's, measured over the segment's window; null for models that do not report them (a made-up
+    number would mislead the thresholds clients apply to them)."""
 
     id: int
     seek: int  # the window's start in 10 ms feature frames, as Whisper counts it

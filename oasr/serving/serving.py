@@ -72,6 +72,7 @@ T = TypeVar("T")
 
 _MAX_NAME_CHARS = 128  # of a client's file or model name echoed back in errors
 _TEXT_FORMATS = {"text": "txt", "srt": "srt", "vtt": "vtt"}
+_TIMED_FORMATS = ("srt", "vtt", "verbose_json")  # decoded with timestamps unless granularities say otherwise
 _STREAMED_FORMATS = ("json", "text")  # a stream carries text events; subtitles and segments need the end
 
 
@@ -187,7 +188,7 @@ class OpenAIServingTranscription:
     async def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
         """Refuses, saying why, every option this server would otherwise have to ignore. Temperature 0 is greedy
         decoding without fallback (see the module's docstring)."""
-        language, timestamps = None, False
+        language, granularities = None, []
         if isinstance(params, TranscriptionParams):
             if params.timestamp_granularities and params.response_format != "verbose_json":
                 raise APIError(400, "'timestamp_granularities' needs response_format 'verbose_json'.",
@@ -200,8 +201,12 @@ class OpenAIServingTranscription:
                                "(Whisper models do); ask for 'segment' granularity or none.",
                                param="timestamp_granularities", code="unsupported_option")
             language = params.language or None
-            # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window).
-            timestamps = "segment" in params.timestamp_granularities
+            granularities = params.timestamp_granularities
+        # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window). Subtitles
+        # and verbose_json without granularities imply it (as the CLI's srt and vtt do) if the model has them.
+        timestamps = "segment" in granularities
+        if not granularities and params.response_format in _TIMED_FORMATS:
+            timestamps = await self._serves(DecodeOptions(task=task, timestamps=True))
         try:
             options = DecodeOptions(language=language, task=task, timestamps=timestamps,
                                     temperature=params.temperature, prompt=params.prompt or None,
