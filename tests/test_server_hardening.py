@@ -1,6 +1,6 @@
 """``oasr serve`` against clients that try to starve or trick it (slow uploads and slow request heads, one
 client or API key taking every place), and what it answers (timestamps by default, the engine's
-measurements).
+measurements) and declares (the OpenAPI form).
 
 Slow clients are raw sockets that send their request a little at a time; "other clients" connect from
 another loopback address (all of 127.0.0.0/8 is loopback on Linux), as a second machine would.
@@ -269,3 +269,24 @@ def test_window_segments_carry_the_engines_measurements(tiny_en):
                             avg_logprob=-0.25, no_speech_prob=0.125)
     (segment,) = verbose_segments(tokenizer, [window], DecodeOptions(timestamps=False))
     assert (segment.start, segment.end, segment.avg_logprob, segment.no_speech_prob) == (0.0, 11.0, -0.25, 0.125)
+
+
+# ------------------------------------------------------------------------------------------ schema
+
+
+def test_openapi_declares_the_multipart_form_of_each_audio_route(engine):
+    with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
+        paths = httpx.get(f"{url}/openapi.json", timeout=WAIT_S).json()["paths"]
+    forms = {route: paths[f"/v1/audio/{route}"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+             for route in ("transcriptions", "translations")}
+    for form in forms.values():
+        assert form["required"] == ["file", "model"]
+        assert form["properties"]["file"] == {**form["properties"]["file"], "type": "string", "format": "binary"}
+        assert form["properties"]["response_format"]["enum"] == ["json", "text", "srt", "vtt", "verbose_json"]
+        assert form["properties"]["temperature"] == {**form["properties"]["temperature"], "minimum": 0.0,
+                                                     "maximum": 1.0, "type": "number"}
+        assert form["properties"]["beam_size"]["type"] == "integer"  # no null branch: a form sends no nulls
+    transcription, translation = forms["transcriptions"], forms["translations"]
+    assert {"language", "stream", "timestamp_granularities[]"} <= set(transcription["properties"])
+    assert transcription["properties"]["timestamp_granularities[]"]["items"]["enum"] == ["word", "segment"]
+    assert not {"language", "stream", "timestamp_granularities[]"} & set(translation["properties"])

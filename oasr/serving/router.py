@@ -7,7 +7,14 @@ import hmac
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
-from oasr.serving.protocol import APIError, ModelCard, ModelList
+from oasr.serving.protocol import (
+    APIError,
+    ModelCard,
+    ModelList,
+    TranscriptionParams,
+    TranslationParams,
+    form_request_body,
+)
 from oasr.serving.serving import OpenAIServingTranscription
 
 
@@ -34,11 +41,14 @@ def require_api_key(request: Request) -> int | None:
 def build_router() -> APIRouter:
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
 
-    @v1.post("/audio/transcriptions", summary="Transcribe audio (OpenAI-compatible, multipart form)")
+    # The form is parsed by hand (within the upload limits, after the caps are checked), so its schema is declared.
+    @v1.post("/audio/transcriptions", summary="Transcribe audio (OpenAI-compatible, multipart form)",
+             openapi_extra=form_request_body(TranscriptionParams))
     async def create_transcription(request: Request, api_key: int | None = Depends(require_api_key)) -> Response:
         return await serving(request).create(request, "transcribe", api_key)
 
-    @v1.post("/audio/translations", summary="Translate audio into English text (OpenAI-compatible)")
+    @v1.post("/audio/translations", summary="Translate audio into English text (OpenAI-compatible)",
+             openapi_extra=form_request_body(TranslationParams))
     async def create_translation(request: Request, api_key: int | None = Depends(require_api_key)) -> Response:
         return await serving(request).create(request, "translate", api_key)
 
