@@ -84,6 +84,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--header-timeout-s", type=float, default=10,
                    help="a connection that has not sent a whole request head this many seconds after opening "
                    "(or after a later request's first byte) gets 408 and is closed")
+    p.add_argument("--allowed-hosts", action="append", default=None, metavar="HOST",
+                   help="answer only requests whose Host header names HOST (any port; '*.example.com' for "
+                   "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
+                   "when --host is a loopback address (against DNS rebinding), else any")
+    p.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
+                   help="let web pages from ORIGIN (https://app.example.com, or '*') call the API (CORS); "
+                   "repeatable; default: no CORS headers")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
@@ -149,7 +156,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:
     from oasr.serving.app import served_name
-    from oasr.serving.settings import MIB
+    from oasr.serving.settings import MIB, default_allowed_hosts
 
     env_key = os.environ.get("OASR_API_KEY")
     return ServerSettings(
@@ -163,6 +170,8 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         request_timeout_s=args.request_timeout_s,
         body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s,
+        allowed_hosts=tuple(args.allowed_hosts or default_allowed_hosts(args.host)),
+        cors_allow_origins=tuple(args.cors_allow_origin or ()),
     )
 
 

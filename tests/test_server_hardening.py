@@ -1,6 +1,6 @@
 """``oasr serve`` against clients that try to starve or trick it (slow uploads and slow request heads, one
-client or API key taking every place), and what it answers (timestamps by default, the engine's
-measurements) and declares (the OpenAPI form).
+client or API key taking every place, foreign Host headers), and what it answers and declares (timestamps by
+default, the engine's measurements, the OpenAPI form, CORS).
 
 Slow clients are raw sockets that send their request a little at a time; "other clients" connect from
 another loopback address (all of 127.0.0.0/8 is loopback on Linux), as a second machine would.
@@ -24,7 +24,8 @@ from oasr.cli import _serve_settings, build_parser
 from oasr.serving.app import build_app
 from oasr.serving.connections import uvicorn_config
 from oasr.serving.formats import to_srt, to_vtt
-from oasr.serving.settings import ServerSettings
+from oasr.serving.hosts import AllowedHostsMiddleware, host_name
+from oasr.serving.settings import LOOPBACK_HOSTS, ServerSettings
 from oasr.serving.verbose import verbose_segments
 from oasr.transcription.results import decoded_window
 from oasr.types import DecodeOptions
@@ -271,7 +272,7 @@ def test_window_segments_carry_the_engines_measurements(tiny_en):
     assert (segment.start, segment.end, segment.avg_logprob, segment.no_speech_prob) == (0.0, 11.0, -0.25, 0.125)
 
 
-# ------------------------------------------------------------------------------------------ schema
+# ------------------------------------------------------------------------------------------ schema, hosts, CORS
 
 
 def test_openapi_declares_the_multipart_form_of_each_audio_route(engine):
@@ -290,3 +291,61 @@ def test_openapi_declares_the_multipart_form_of_each_audio_route(engine):
     assert {"language", "stream", "timestamp_granularities[]"} <= set(transcription["properties"])
     assert transcription["properties"]["timestamp_granularities[]"]["items"]["enum"] == ["word", "segment"]
     assert not {"language", "stream", "timestamp_granularities[]"} & set(translation["properties"])
+
+
+LOOPBACK = ServerSettings(served_model_name="tiny.en", allowed_hosts=LOOPBACK_HOSTS)
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8000", "127.0.0.1", "127.0.0.1:1234", "[::1]",
+                                  "[::1]:8000"])
+def test_loopback_host_names_are_answered_on_any_port(engine, host):
+    with running_server(build_app(engine, LOOPBACK)) as url:
+        assert httpx.get(f"{url}/health", headers={"Host": host}, timeout=WAIT_S).status_code == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "localhost.evil.example", "127.0.0.2",
+                                  "[::2]:8000"])
+def test_other_host_names_get_400_saying_why(engine, host):
+    with running_server(build_app(engine, LOOPBACK)) as url:
+        for path in ("/health", "/v1/models"):
+            response = httpx.get(f"{url}{path}", headers={"Host": host}, timeout=WAIT_S)
+            assert response.status_code == 400
+            error = response.json()["error"]
+            assert error["code"] == "invalid_host" and f"Host '{host}' is not served here" in error["message"]
+            assert "localhost, 127.0.0.1, ::1" in error["message"]
+
+
+def test_serve_answers_loopback_names_only_when_listening_on_loopback():
+    assert serve_settings().allowed_hosts == LOOPBACK_HOSTS  # the default --host is 127.0.0.1
+    assert serve_settings("--host", "::1").allowed_hosts == LOOPBACK_HOSTS
+    assert serve_settings("--host", "localhost").allowed_hosts == LOOPBACK_HOSTS
+    assert serve_settings("--host", "0.0.0.0").allowed_hosts == ("*",)
+    assert serve_settings("--host", "0.0.0.0", "--allowed-hosts", "asr.example",
+                          "--allowed-hosts", "*.asr.example").allowed_hosts == ("asr.example", "*.asr.example")
+
+
+def test_allowed_host_patterns_match_names_and_subdomains():
+    middleware = AllowedHostsMiddleware(app=None, allowed=("asr.example", "*.internal.example", "[::1]"))
+    assert [middleware.allows(host_name(h)) for h in ("asr.example:443", "a.internal.example", "[::1]:80",
+                                                      "internal.example", "asr.example.evil", "x")] == [
+        True, True, True, False, False, False]
+
+
+def test_cors_headers_only_for_the_configured_origins(engine):
+    origin = "https://app.example"
+    settings = ServerSettings(served_model_name="tiny.en", cors_allow_origins=(origin,))
+    preflight = {"Origin": origin, "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "authorization, x-stainless-os"}
+    with running_server(build_app(engine, settings)) as url:
+        answer = httpx.options(f"{url}/v1/audio/transcriptions", headers=preflight, timeout=WAIT_S)
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin
+        assert "POST" in answer.headers["access-control-allow-methods"]
+        response = httpx.get(f"{url}/v1/models", headers={"Origin": origin}, timeout=WAIT_S)
+        assert response.headers["access-control-allow-origin"] == origin
+        other = httpx.options(f"{url}/v1/audio/transcriptions", headers={**preflight, "Origin": "https://evil.example"},
+                              timeout=WAIT_S)
+        assert "access-control-allow-origin" not in other.headers
+    with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:  # the default
+        response = httpx.get(f"{url}/v1/models", headers={"Origin": origin}, timeout=WAIT_S)
+        assert response.status_code == 200 and "access-control-allow-origin" not in response.headers
+    assert serve_settings("--cors-allow-origin", origin, "--cors-allow-origin", "*").cors_allow_origins == (origin, "*")

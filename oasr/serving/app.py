@@ -9,11 +9,13 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 
 from oasr.engine.config import EngineConfig
 from oasr.serving.connections import uvicorn_config
 from oasr.serving.engine_client import EngineClient
+from oasr.serving.hosts import AllowedHostsMiddleware
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
 from oasr.serving.router import build_router
@@ -30,6 +32,12 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     app.state.created = int(time.time())
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)
+    if settings.cors_allow_origins:
+        # Bearer keys travel in a header, not in cookies: no credentials mode. Any request header, since
+        # OpenAI's JavaScript client sends its own (x-stainless-*); Retry-After readable by the page.
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_allow_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["*"], expose_headers=["Retry-After"])
+    app.add_middleware(AllowedHostsMiddleware, allowed=settings.allowed_hosts)  # outermost: before CORS too
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

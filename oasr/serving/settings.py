@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 MIB = 1 << 20
 # OpenAI's own upload limit for /v1/audio/*.
 DEFAULT_MAX_UPLOAD_MB = 25
+# The Host names a server listening on loopback answers by default: a page on another site that rebinds its
+# DNS name to 127.0.0.1 still sends its own name, and is refused.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+ANY_HOST = "*"
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,9 @@ class ServerSettings:
     # a later request on it) is answered 408 and closed; uvicorn itself only times out idle keep-alive ones.
     header_timeout_s: float = 10.0
     retry_after_s: int = 1  # the Retry-After a 429 carries
+    # Host header names answered (any port; "*": any host). Others get 400: see ``default_allowed_hosts``.
+    allowed_hosts: tuple[str, ...] = (ANY_HOST,)
+    cors_allow_origins: tuple[str, ...] = ()  # origins browsers may call from ("*": any); none: no CORS headers
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -45,7 +53,20 @@ class ServerSettings:
                 raise ValueError(f"ServerSettings.{name} must be > 0, got {getattr(self, name)}")
         if any(not key.strip() for key in self.api_keys):
             raise ValueError("ServerSettings.api_keys must not be blank (leave them out for an open server)")
+        if not self.allowed_hosts or any(not host.strip() for host in self.allowed_hosts):
+            raise ValueError(f"ServerSettings.allowed_hosts needs host names ('*' for any), got {self.allowed_hosts}")
 
     def accepts_model(self, name: str) -> bool:
         return name == self.served_model_name or name in self.model_aliases
 
+
+def default_allowed_hosts(listen_host: str) -> tuple[str, ...]:
+    """Loopback names when the server listens on a loopback address (nobody else can reach it, except a
+    browser tricked by DNS rebinding), any host otherwise."""
+    if listen_host.lower() == "localhost":
+        return LOOPBACK_HOSTS
+    try:
+        loopback = ipaddress.ip_address(listen_host.strip("[]")).is_loopback
+    except ValueError:  # a host name: whatever it resolves to, clients name it
+        return (ANY_HOST,)
+    return LOOPBACK_HOSTS if loopback else (ANY_HOST,)
