@@ -1,6 +1,6 @@
 """``oasr serve`` against clients that try to starve or trick it (slow uploads and slow request heads, one
 client or API key taking every place, foreign Host headers), and what it answers and declares (timestamps by
-default, the engine's measurements, the OpenAPI form, CORS).
+default, the engine's measurements, the OpenAPI form, CORS), and how it stops on a signal.
 
 Slow clients are raw sockets that send their request a little at a time; "other clients" connect from
 another loopback address (all of 127.0.0.0/8 is loopback on Linux), as a second machine would.
@@ -8,7 +8,13 @@ another loopback address (all of 127.0.0.0/8 is loopback on Linux), as a second 
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -21,7 +27,7 @@ import uvicorn
 import oasr
 from oasr.audio import load_audio
 from oasr.cli import _serve_settings, build_parser
-from oasr.serving.app import build_app
+from oasr.serving.app import build_app, stopped_by_signals
 from oasr.serving.connections import uvicorn_config
 from oasr.serving.formats import to_srt, to_vtt
 from oasr.serving.hosts import AllowedHostsMiddleware, host_name
@@ -349,3 +355,73 @@ def test_cors_headers_only_for_the_configured_origins(engine):
         response = httpx.get(f"{url}/v1/models", headers={"Origin": origin}, timeout=WAIT_S)
         assert response.status_code == 200 and "access-control-allow-origin" not in response.headers
     assert serve_settings("--cors-allow-origin", origin, "--cors-allow-origin", "*").cors_allow_origins == (origin, "*")
+
+
+# ------------------------------------------------------------------------------------------ stopping
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except FileNotFoundError:
+        return set()
+
+
+def _healthy(url: str, server: subprocess.Popen) -> bool:
+    assert server.poll() is None, "oasr serve exited before it served"
+    try:
+        return httpx.get(f"{url}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_sigterm_stops_serve_and_its_engine_core_and_removes_the_core_sockets():
+    temp = Path(tempfile.mkdtemp(prefix="oasr-t-"))  # short: an IPC path must fit a Unix socket address
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "oasr.cli", "serve", "--model", "tiny.en", "--device", "cpu", "--dtype",
+               "float32", "--port", str(port)]
+    server = subprocess.Popen(command, cwd=Path(oasr.__file__).parents[1], env={**os.environ, "TMPDIR": str(temp)},
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _healthy(f"http://127.0.0.1:{port}", server), "oasr serve to start")
+        (sockets,) = temp.glob("oasr-core-*")
+        assert {p.name for p in sockets.iterdir()} == {"input", "output"}
+        cores = [p for p in _children(server.pid) if b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(cores) == 1  # the engine core (besides multiprocessing's resource tracker)
+        server.send_signal(signal.SIGTERM)
+        _, errors = server.communicate(timeout=WAIT_S)
+        assert server.returncode == 0, errors
+        assert "Traceback" not in errors
+        assert not sockets.exists(), "the engine core's socket directory was left behind"
+        assert not Path(f"/proc/{cores[0]}").exists(), "the engine core outlived the server"
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_unwinds_the_serving_block_once_and_ends_there(sig):
+    """What ``serve`` runs in: the signal raises in the block, so its cleanup runs; a second signal during
+    that cleanup does not cut it short; the block then ends without an error, the handlers restored."""
+
+    def escaped(signum, frame) -> None:  # what a signal getting past the block would reach
+        raise AssertionError(f"signal {signum} was not handled by stopped_by_signals")
+
+    previous = signal.signal(sig, escaped)
+    steps = []
+    try:
+        with stopped_by_signals():
+            try:
+                signal.raise_signal(sig)
+                steps.append("not interrupted")
+            finally:
+                signal.raise_signal(sig)
+                steps.append("cleaned up")
+        assert signal.getsignal(sig) is escaped
+    finally:
+        signal.signal(sig, previous)
+    assert steps == ["cleaned up"]

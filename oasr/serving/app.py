@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -108,10 +112,9 @@ def start_engine(model: str, *, mode: str = "process", device: str = "auto", dty
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
           dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1) -> None:
-    """Starts the engine for ``model`` and serves until interrupted; the engine stops with the server.
+    """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
+    (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode)."""
-    import uvicorn
-
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
@@ -120,11 +123,44 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype)
         return
 
-    engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+    import uvicorn
+
+    with stopped_by_signals():
+        engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+        try:
+            log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port,
+                     engine_mode)
+            level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+            uvicorn.Server(uvicorn_config(build_app(engine, settings), settings, host=host, port=port,
+                                          log_level=level)).run()
+        finally:
+            engine.shutdown()
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT end the block by raising KeyboardInterrupt (once: a second signal during the cleanup
+    is ignored), which the block's ``finally`` clauses unwind through and which ends here.
+
+    While uvicorn serves, its own handlers take both signals and shut it down gracefully; then it restores
+    these handlers and raises the signal again. Without them SIGTERM's default action would end the process
+    there, before the engine is shut down, leaving the core's socket directory behind; and a signal while the
+    model is still loading must stop that too."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+    interrupted = threading.Event()
+
+    def interrupt(signum: int, frame) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port, engine_mode)
-        level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-        uvicorn.Server(uvicorn_config(build_app(engine, settings), settings, host=host, port=port,
-                                      log_level=level)).run()
+        yield
+    except KeyboardInterrupt:
+        log.info("stopped by a signal")
     finally:
-        engine.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
