@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from oasr.serving.formats import OUTPUT_FORMATS, render, render_many
+from oasr.serving.settings import ServerSettings
 from oasr.vad import VAD_DETECTORS
 
 
@@ -63,22 +64,40 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "'whisper-1' is always accepted too")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=os.environ.get("OASR_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise; default: $OASR_API_KEY); "
-                   "/health and /metrics stay open")
+    p.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise; repeat for several keys; "
+                   "default: $OASR_API_KEY); /health and /metrics stay open")
     p.add_argument("--max-upload-mb", type=float, default=25, help="largest request body in MB (413 beyond)")
     p.add_argument("--max-audio-seconds", type=float, default=3600, help="longest audio accepted (400 beyond)")
     p.add_argument("--max-queue", type=int, default=256,
                    help="transcription requests served at once, running or queued; more get 429 with Retry-After")
+    p.add_argument("--max-queue-per-client", type=int, default=64,
+                   help="requests one client (peer address) may have open, uploading included; more get 429 "
+                   "(0: no cap; behind a proxy every client has the proxy's address)")
+    p.add_argument("--max-queue-per-key", type=int, default=128,
+                   help="requests one API key may have open, uploading included; more get 429 (0: no cap)")
     p.add_argument("--request-timeout-s", type=float, default=600,
-                   help="a request still unfinished after this many seconds is aborted with 504")
+                   help="a request still unfinished this many seconds after its upload was read is aborted "
+                   "with 504")
+    p.add_argument("--body-timeout-s", type=float, default=60,
+                   help="an upload not received within this many seconds of its headers gets 408")
+    p.add_argument("--header-timeout-s", type=float, default=10,
+                   help="a connection that has not sent a whole request head this many seconds after opening "
+                   "(or after a later request's first byte) gets 408 and is closed")
+    p.add_argument("--allowed-hosts", action="append", default=None, metavar="HOST",
+                   help="answer only requests whose Host header names HOST (any port; '*.example.com' for "
+                   "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
+                   "when --host is a loopback address (against DNS rebinding), else any")
+    p.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
+                   help="let web pages from ORIGIN (https://app.example.com, or '*') call the API (CORS); "
+                   "repeatable; default: no CORS headers")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
                    help="run the engine in a process of its own (default) or on a thread of the server's process")
     p.add_argument("--api-workers", type=int, default=1,
-                   help="HTTP worker processes sharing the one engine core (process mode); --max-queue holds per "
-                   "worker")
+                   help="HTTP worker processes sharing the one engine core (process mode); the --max-queue limits "
+                   "hold per worker")
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -135,19 +154,32 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _serve_settings(args: argparse.Namespace) -> ServerSettings:
+    from oasr.serving.app import served_name
+    from oasr.serving.settings import MIB, default_allowed_hosts
+
+    env_key = os.environ.get("OASR_API_KEY")
+    return ServerSettings(
+        served_model_name=args.served_model_name or served_name(args.model),
+        api_keys=tuple(args.api_key or ([env_key] if env_key else [])),
+        max_upload_bytes=int(args.max_upload_mb * MIB),
+        max_audio_seconds=args.max_audio_seconds,
+        max_in_flight=args.max_queue,
+        max_in_flight_per_client=args.max_queue_per_client or None,
+        max_in_flight_per_key=args.max_queue_per_key or None,
+        request_timeout_s=args.request_timeout_s,
+        body_timeout_s=args.body_timeout_s,
+        header_timeout_s=args.header_timeout_s,
+        allowed_hosts=tuple(args.allowed_hosts or default_allowed_hosts(args.host)),
+        cors_allow_origins=tuple(args.cors_allow_origin or ()),
+    )
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    from oasr.serving.app import serve, served_name
-    from oasr.serving.settings import MIB, ServerSettings
+    from oasr.serving.app import serve
 
     try:
-        settings = ServerSettings(
-            served_model_name=args.served_model_name or served_name(args.model),
-            api_key=args.api_key,
-            max_upload_bytes=int(args.max_upload_mb * MIB),
-            max_audio_seconds=args.max_audio_seconds,
-            max_in_flight=args.max_queue,
-            request_timeout_s=args.request_timeout_s,
-        )
+        settings = _serve_settings(args)
         if args.api_workers < 1 or (args.api_workers > 1 and args.engine_mode != "process"):
             raise ValueError(f"--api-workers must be >= 1, and 1 with --engine-mode thread (got {args.api_workers})")
     except ValueError as exc:

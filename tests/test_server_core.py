@@ -91,7 +91,7 @@ def test_metrics_report_the_engine_batch_sizes():
             before = metrics(url)
             assert before["oasr_engine_encode_batch_size_count"] == before["oasr_engine_decode_batch_size_count"] == 0
             assert before["oasr_engine_up"] == 1
-            tokens = transcribe(url, response_format="verbose_json").segments[0].tokens
+            tokens = [t for s in transcribe(url, response_format="verbose_json").segments for t in s.tokens]
             values = metrics(url)
             # One request alone: one encode step of one row, then decode ticks of one row each.
             assert values["oasr_engine_encode_batch_size_count"] == values["oasr_engine_encode_batch_size_sum"] == 1

@@ -117,7 +117,7 @@ def test_error_body_has_openai_shape():
 
 
 @pytest.mark.parametrize("bad", [{"max_in_flight": 0}, {"max_upload_bytes": 0}, {"request_timeout_s": 0},
-                                 {"max_audio_seconds": -1}, {"api_key": " "}, {"served_model_name": ""}])
+                                 {"max_audio_seconds": -1}, {"api_keys": (" ",)}, {"served_model_name": ""}])
 def test_settings_refuse_nonsense(bad):
     with pytest.raises(ValueError):
         ServerSettings(**{"served_model_name": "tiny.en", **bad})

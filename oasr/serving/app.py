@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 
 from oasr.engine.config import EngineConfig
+from oasr.serving.connections import uvicorn_config
 from oasr.serving.engine_client import EngineClient
+from oasr.serving.hosts import AllowedHostsMiddleware
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
 from oasr.serving.router import build_router
@@ -20,7 +27,6 @@ from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
 
 log = logging.getLogger(__name__)
-GRACEFUL_SHUTDOWN_S = 5  # open streams get this long to finish on Ctrl-C / SIGTERM
 
 
 def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
@@ -30,6 +36,12 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     app.state.created = int(time.time())
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)
+    if settings.cors_allow_origins:
+        # Bearer keys travel in a header, not in cookies: no credentials mode. Any request header, since
+        # OpenAI's JavaScript client sends its own (x-stainless-*); Retry-After readable by the page.
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_allow_origins),
+                           allow_methods=["GET", "POST"], allow_headers=["*"], expose_headers=["Retry-After"])
+    app.add_middleware(AllowedHostsMiddleware, allowed=settings.allowed_hosts)  # outermost: before CORS too
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -100,10 +112,9 @@ def start_engine(model: str, *, mode: str = "process", device: str = "auto", dty
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
           dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1) -> None:
-    """Starts the engine for ``model`` and serves until interrupted; the engine stops with the server.
+    """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
+    (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode)."""
-    import uvicorn
-
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
@@ -112,10 +123,44 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype)
         return
 
-    engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+    import uvicorn
+
+    with stopped_by_signals():
+        engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+        try:
+            log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port,
+                     engine_mode)
+            level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+            uvicorn.Server(uvicorn_config(build_app(engine, settings), settings, host=host, port=port,
+                                          log_level=level)).run()
+        finally:
+            engine.shutdown()
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT end the block by raising KeyboardInterrupt (once: a second signal during the cleanup
+    is ignored), which the block's ``finally`` clauses unwind through and which ends here.
+
+    While uvicorn serves, its own handlers take both signals and shut it down gracefully; then it restores
+    these handlers and raises the signal again. Without them SIGTERM's default action would end the process
+    there, before the engine is shut down, leaving the core's socket directory behind; and a signal while the
+    model is still loading must stop that too."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+    interrupted = threading.Event()
+
+    def interrupt(signum: int, frame) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port, engine_mode)
-        uvicorn.run(build_app(engine, settings), host=host, port=port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-                    log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower())
+        yield
+    except KeyboardInterrupt:
+        log.info("stopped by a signal")
     finally:
-        engine.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

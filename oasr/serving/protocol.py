@@ -88,6 +88,25 @@ class TranscriptionParams(TranslationParams):
     stream: bool = False
 
 
+def form_request_body(params: type[TranslationParams]) -> dict:
+    """An audio route's request body for OpenAPI (``openapi_extra``): the multipart form it parses by hand,
+    ``file`` and the fields of ``params``. A form sends no nulls, so an optional field is just not required;
+    list fields are named ``name[]``, as OpenAI's clients send them."""
+    schema = params.model_json_schema()
+    properties: dict[str, dict] = {"file": {"type": "string", "format": "binary", "title": "File",
+                                            "description": "The audio (wav, flac, mp3, ogg, opus, m4a, webm ...)"}}
+    for name, field in schema["properties"].items():
+        field = dict(field)
+        branches = [branch for branch in field.pop("anyOf", ()) if branch.get("type") != "null"]
+        if branches:
+            field.update(branches[0])
+        if "default" in field and field["default"] is None:
+            del field["default"]
+        properties[f"{name}[]" if name in LIST_FIELDS else name] = field
+    form = {"type": "object", "properties": properties, "required": ["file", *schema.get("required", ())]}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": form}}}}
+
+
 def validation_error(exc: ValidationError) -> APIError:
     """The first problem pydantic found, named after the form field (OpenAI answers one at a time)."""
     first = exc.errors(include_url=False, include_input=False)[0]
@@ -115,8 +134,9 @@ class TranscriptionResponse(BaseModel):
 
 
 class VerboseSegment(BaseModel):
-    """One decoding window. ``avg_logprob`` and ``no_speech_prob`` are null: the engine does not report
-    log-probabilities yet, and a made-up number would mislead the thresholds clients apply to them."""
+    """A span closed by timestamp tokens, or one decoding window. ``avg_logprob`` and ``no_speech_prob`` are
+    the engine's, measured over the segment's window; null for models that do not report them (a made-up
+    number would mislead the thresholds clients apply to them)."""
 
     id: int
     seek: int  # the window's start in 10 ms feature frames, as Whisper counts it

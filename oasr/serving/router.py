@@ -7,34 +7,50 @@ import hmac
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
-from oasr.serving.protocol import APIError, ModelCard, ModelList
+from oasr.serving.protocol import (
+    APIError,
+    ModelCard,
+    ModelList,
+    TranscriptionParams,
+    TranslationParams,
+    form_request_body,
+)
 from oasr.serving.serving import OpenAIServingTranscription
+
 
 def serving(request: Request) -> OpenAIServingTranscription:
     return request.app.state.serving
 
 
-def require_api_key(request: Request) -> None:
-    """With an API key configured, /v1/* needs ``Authorization: Bearer <key>``; checked before the upload is read."""
-    expected = serving(request).settings.api_key
-    if expected is None:
-        return
+def require_api_key(request: Request) -> int | None:
+    """With API keys configured, /v1/* needs ``Authorization: Bearer <key>``; checked before the upload is read.
+    Returns the index of the key given (None on an open server): each key's open requests are capped."""
+    keys = serving(request).settings.api_keys
+    if not keys:
+        return None
     scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected.encode()):
-        raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
-                       code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    if scheme.lower() == "bearer":
+        # Every key is compared (in constant time each), so the time taken tells nothing about which matched.
+        matches = [hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]
+        if any(matches):
+            return matches.index(True)
+    raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+                   code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
 def build_router() -> APIRouter:
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(require_api_key)])
 
-    @v1.post("/audio/transcriptions", summary="Transcribe audio (OpenAI-compatible, multipart form)")
-    async def create_transcription(request: Request) -> Response:
-        return await serving(request).create(request, "transcribe")
+    # The form is parsed by hand (within the upload limits, after the caps are checked), so its schema is declared.
+    @v1.post("/audio/transcriptions", summary="Transcribe audio (OpenAI-compatible, multipart form)",
+             openapi_extra=form_request_body(TranscriptionParams))
+    async def create_transcription(request: Request, api_key: int | None = Depends(require_api_key)) -> Response:
+        return await serving(request).create(request, "transcribe", api_key)
 
-    @v1.post("/audio/translations", summary="Translate audio into English text (OpenAI-compatible)")
-    async def create_translation(request: Request) -> Response:
-        return await serving(request).create(request, "translate")
+    @v1.post("/audio/translations", summary="Translate audio into English text (OpenAI-compatible)",
+             openapi_extra=form_request_body(TranslationParams))
+    async def create_translation(request: Request, api_key: int | None = Depends(require_api_key)) -> Response:
+        return await serving(request).create(request, "translate", api_key)
 
     @v1.get("/models", summary="The served model")
     async def list_models(request: Request) -> ModelList:

@@ -44,6 +44,7 @@ from oasr.engine.request import RequestOutput
 from oasr.transcription.results import DecodedWindow, assemble, decoded_window, with_words
 from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
+from oasr.serving.admission import Admission, ClientCaps, Ticket, busy
 from oasr.serving.decoding import OrderedText, WindowedDecode
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.formats import render
@@ -71,47 +72,8 @@ T = TypeVar("T")
 
 _MAX_NAME_CHARS = 128  # of a client's file or model name echoed back in errors
 _TEXT_FORMATS = {"text": "txt", "srt": "srt", "vtt": "vtt"}
+_TIMED_FORMATS = ("srt", "vtt", "verbose_json")  # decoded with timestamps unless granularities say otherwise
 _STREAMED_FORMATS = ("json", "text")  # a stream carries text events; subtitles and segments need the end
-
-
-class Ticket:
-    """One admitted request's place; ``release`` is idempotent, so every way out may call it."""
-
-    def __init__(self, admission: Admission) -> None:
-        self._admission = admission
-        self._released = False
-        self.admitted_at = time.perf_counter()
-
-    def release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._admission.num_in_flight -= 1
-            self._admission.on_change(self._admission.num_in_flight)
-
-
-class Admission:
-    """Transcription requests being served. Past ``limit`` new ones are refused at once (429 with
-    Retry-After), before their upload is read, instead of queueing without bound. Used on the event loop only."""
-
-    def __init__(self, limit: int, retry_after_s: int,
-                 on_change: Callable[[int], None] = lambda num_in_flight: None) -> None:
-        self.limit = limit
-        self.retry_after_s = retry_after_s
-        self.num_in_flight = 0
-        self.on_change = on_change  # told the new count after every change (the metrics of several workers)
-
-    def acquire(self) -> Ticket:
-        if self.num_in_flight >= self.limit:
-            raise busy(f"The server is serving its maximum of {self.limit} requests; retry shortly.",
-                       self.retry_after_s)
-        self.num_in_flight += 1
-        self.on_change(self.num_in_flight)
-        return Ticket(self)
-
-
-def busy(message: str, retry_after_s: int) -> APIError:
-    return APIError(429, message, type="rate_limit_error", code="server_busy",
-                    headers={"Retry-After": str(retry_after_s)})
 
 
 @dataclass(frozen=True)
@@ -150,6 +112,8 @@ class OpenAIServingTranscription:
         self.settings = settings
         self.tokenizer = engine.tokenizer
         self.admission = Admission(settings.max_in_flight, settings.retry_after_s)
+        self.client_caps = ClientCaps(settings.max_in_flight_per_client, settings.max_in_flight_per_key,
+                                      settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
         self.admission.on_change = self.metrics.in_flight_changed
         self.engine_alive = True  # false once a request found the engine stopped
@@ -160,13 +124,15 @@ class OpenAIServingTranscription:
 
     # ------------------------------------------------------------------------------------ request flow
 
-    async def create(self, request: Request, task: Task) -> Response:
-        """``POST /v1/audio/transcriptions`` (task ``transcribe``) and ``/v1/audio/translations``."""
-        ticket = self.admission.acquire()
+    async def create(self, request: Request, task: Task, api_key: int | None = None) -> Response:
+        """``POST /v1/audio/transcriptions`` (task ``transcribe``) and ``/v1/audio/translations``; ``api_key``:
+        the index of the key the request authenticated with."""
+        # Before the body is read, so that one client's uploads in progress are capped too.
+        hold = self.client_caps.acquire(request.client.host if request.client else "", api_key)
+        job: TranscriptionJob | None = None
         response: Response | None = None
         try:
-            # The timeout covers reading the upload too: a client trickling its body must not hold a place.
-            job = await asyncio.wait_for(self._read(request, task, ticket), self.settings.request_timeout_s)
+            job = await self._read(request, task, hold)
             client_gone = functools.partial(wait_for_disconnect, request)
             if job.stream:
                 response = await self._stream(job, client_gone)
@@ -180,14 +146,24 @@ class OpenAIServingTranscription:
         except Exception as exc:
             raise self._api_error(exc) from None
         finally:
-            if not isinstance(response, SSEResponse):  # a stream releases its ticket when it closes
-                ticket.release()
+            if not isinstance(response, SSEResponse):  # a stream releases its ticket (and hold) when it closes
+                if job is not None:
+                    job.ticket.release()
+                hold.release()
 
-    async def _read(self, request: Request, task: Task, ticket: Ticket) -> TranscriptionJob:
-        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
-        form = await read_form(request, self.settings.max_upload_bytes)
+    async def _read(self, request: Request, task: Task, hold: Ticket) -> TranscriptionJob:
+        """The whole upload (within the body timeout), then a queue place: a client still sending its body
+        holds none. The request timeout runs from admission; the job's ticket releases ``hold`` too."""
+        form = await read_form(request, self.settings.max_upload_bytes, self.settings.body_timeout_s)
         try:
-            return await self._prepare(task, form, ticket, deadline)
+            ticket = self.admission.acquire(hold)
+            deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+            try:
+                return await asyncio.wait_for(self._prepare(task, form, ticket, deadline),
+                                              self.settings.request_timeout_s)
+            except BaseException:
+                ticket.release()
+                raise
         finally:
             await form.close()
 
@@ -212,7 +188,7 @@ class OpenAIServingTranscription:
     async def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
         """Refuses, saying why, every option this server would otherwise have to ignore. Temperature 0 is greedy
         decoding without fallback (see the module's docstring)."""
-        language, timestamps = None, False
+        language, granularities = None, []
         if isinstance(params, TranscriptionParams):
             if params.timestamp_granularities and params.response_format != "verbose_json":
                 raise APIError(400, "'timestamp_granularities' needs response_format 'verbose_json'.",
@@ -225,8 +201,12 @@ class OpenAIServingTranscription:
                                "(Whisper models do); ask for 'segment' granularity or none.",
                                param="timestamp_granularities", code="unsupported_option")
             language = params.language or None
-            # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window).
-            timestamps = "segment" in params.timestamp_granularities
+            granularities = params.timestamp_granularities
+        # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window). Subtitles
+        # and verbose_json without granularities imply it (as the CLI's srt and vtt do) if the model has them.
+        timestamps = "segment" in granularities
+        if not granularities and params.response_format in _TIMED_FORMATS:
+            timestamps = await self._serves(DecodeOptions(task=task, timestamps=True))
         try:
             options = DecodeOptions(language=language, task=task, timestamps=timestamps,
                                     temperature=params.temperature, prompt=params.prompt or None,

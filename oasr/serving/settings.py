@@ -2,23 +2,42 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 MIB = 1 << 20
 # OpenAI's own upload limit for /v1/audio/*.
 DEFAULT_MAX_UPLOAD_MB = 25
+# The Host names a server listening on loopback answers by default: a page on another site that rebinds its
+# DNS name to 127.0.0.1 still sends its own name, and is refused.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+ANY_HOST = "*"
 
 
 @dataclass(frozen=True)
 class ServerSettings:
     served_model_name: str  # the id /v1/models lists and requests name in ``model``
     model_aliases: tuple[str, ...] = ("whisper-1",)  # also accepted in ``model`` (OpenAI clients' default)
-    api_key: str | None = None  # when set, /v1/* needs ``Authorization: Bearer <api_key>``
+    api_keys: tuple[str, ...] = ()  # when any, /v1/* needs ``Authorization: Bearer <one of them>``
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_MB * MIB  # request body size; larger bodies get 413
     max_audio_seconds: float = 3600.0  # decoded audio longer than this gets 400
-    max_in_flight: int = 256  # transcription requests admitted at once (decoding or queued); more get 429
-    request_timeout_s: float = 600.0  # a request still running after this is aborted with 504
+    # Transcription requests admitted at once (queued or decoding); more get 429. A request takes its place
+    # once its upload is complete, so clients still sending theirs hold none.
+    max_in_flight: int = 256
+    # Transcription requests one client (peer address) or one API key has open at once, from its headers to its
+    # answer (uploading included); more get 429, so one client cannot take every place. None: no cap. Behind a
+    # reverse proxy every client has the proxy's address, unless uvicorn reads it from X-Forwarded-For.
+    max_in_flight_per_client: int | None = 64
+    max_in_flight_per_key: int | None = 128
+    request_timeout_s: float = 600.0  # a request still running this long after admission is aborted with 504
+    body_timeout_s: float = 60.0  # a request body not received this long after its headers gets 408
+    # A connection that has not sent a whole request head this long after it opened (or after the first byte of
+    # a later request on it) is answered 408 and closed; uvicorn itself only times out idle keep-alive ones.
+    header_timeout_s: float = 10.0
     retry_after_s: int = 1  # the Retry-After a 429 carries
+    # Host header names answered (any port; "*": any host). Others get 400: see ``default_allowed_hosts``.
+    allowed_hosts: tuple[str, ...] = (ANY_HOST,)
+    cors_allow_origins: tuple[str, ...] = ()  # origins browsers may call from ("*": any); none: no CORS headers
 
     def __post_init__(self) -> None:
         if not self.served_model_name:
@@ -26,11 +45,28 @@ class ServerSettings:
         for name in ("max_upload_bytes", "max_in_flight", "retry_after_s"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerSettings.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_audio_seconds", "request_timeout_s"):
+        for name in ("max_in_flight_per_client", "max_in_flight_per_key"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"ServerSettings.{name} must be >= 1 or None, got {getattr(self, name)}")
+        for name in ("max_audio_seconds", "request_timeout_s", "body_timeout_s", "header_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ServerSettings.{name} must be > 0, got {getattr(self, name)}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise ValueError("ServerSettings.api_key must not be blank (leave it unset for an open server)")
+        if any(not key.strip() for key in self.api_keys):
+            raise ValueError("ServerSettings.api_keys must not be blank (leave them out for an open server)")
+        if not self.allowed_hosts or any(not host.strip() for host in self.allowed_hosts):
+            raise ValueError(f"ServerSettings.allowed_hosts needs host names ('*' for any), got {self.allowed_hosts}")
 
     def accepts_model(self, name: str) -> bool:
         return name == self.served_model_name or name in self.model_aliases
+
+
+def default_allowed_hosts(listen_host: str) -> tuple[str, ...]:
+    """Loopback names when the server listens on a loopback address (nobody else can reach it, except a
+    browser tricked by DNS rebinding), any host otherwise."""
+    if listen_host.lower() == "localhost":
+        return LOOPBACK_HOSTS
+    try:
+        loopback = ipaddress.ip_address(listen_host.strip("[]")).is_loopback
+    except ValueError:  # a host name: whatever it resolves to, clients name it
+        return (ANY_HOST,)
+    return LOOPBACK_HOSTS if loopback else (ANY_HOST,)

@@ -1,7 +1,8 @@
-"""Reading a multipart upload within the size limit, and waiting for its client to leave."""
+"""Reading a multipart upload within the size limit and the body timeout, and waiting for its client to leave."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from starlette.datastructures import FormData, UploadFile
@@ -24,25 +25,46 @@ def too_large(limit: int) -> APIError:
                     param="file", code="file_too_large")
 
 
-async def _limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+def body_timeout(timeout_s: float) -> APIError:
+    # The rest of the body is never read: the connection closes with the answer.
+    return APIError(408, f"The request body was not received within {timeout_s:g} s; send the whole upload "
+                    "without pausing.", code="body_timeout", headers={"Connection": "close"})
+
+
+async def _body(request: Request, limit: int, timeout_s: float) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive, until ``limit`` bytes or ``timeout_s`` seconds from now. A deadline for
+    the whole body, not for each chunk: a client sending a byte now and then must not keep it open."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     received = 0
-    async for chunk in stream:
+    while True:
+        try:
+            message = await asyncio.wait_for(request.receive(), deadline - loop.time())
+        except TimeoutError:
+            raise body_timeout(timeout_s) from None
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         received += len(chunk)
         if received > limit:
             raise too_large(limit)
-        yield chunk
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
 
 
-async def read_form(request: Request, limit: int) -> FormData:
-    """The request's multipart form, refusing bodies over ``limit`` bytes: at once when Content-Length says so,
-    else as soon as that many bytes have arrived (so a chunked upload cannot grow without bound)."""
+async def read_form(request: Request, limit: int, timeout_s: float) -> FormData:
+    """The request's whole multipart form, refusing bodies over ``limit`` bytes (at once when Content-Length
+    says so, else as soon as that many bytes have arrived, so a chunked upload cannot grow without bound) and
+    bodies not received within ``timeout_s`` seconds (408)."""
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("multipart/form-data"):
         raise APIError(400, "Expected a multipart/form-data request body with a 'file' field.")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(limit)
-    parser = MultiPartParser(request.headers, _limited(request.stream(), limit), max_files=1,
+    parser = MultiPartParser(request.headers, _body(request, limit, timeout_s), max_files=1,
                              max_fields=_MAX_FIELDS, max_part_size=_MAX_FIELD_BYTES)
     try:
         return await parser.parse()

@@ -28,7 +28,10 @@ def verbose_words(windows: list[DecodedWindow]) -> list[VerboseWord]:
 
 
 def _window_segment(segment_id: int, window: DecodedWindow, temperature: float) -> VerboseSegment:
+    """A window decoded without timestamps, as one segment: its one text segment carries what the engine
+    measured over the window (None where the model does not report it)."""
     text_bytes = window.text.encode("utf-8")
+    measured = window.segments[0] if window.segments else None
     return VerboseSegment(
         id=segment_id,
         seek=window.start_sample // SAMPLES_PER_FRAME,
@@ -37,9 +40,9 @@ def _window_segment(segment_id: int, window: DecodedWindow, temperature: float) 
         text=window.text,
         tokens=window.token_ids,
         temperature=temperature,  # the request's: there is no temperature fallback
-        avg_logprob=None,
+        avg_logprob=measured.avg_logprob if measured else None,
         compression_ratio=len(text_bytes) / len(zlib.compress(text_bytes)),  # as Whisper computes it
-        no_speech_prob=None,
+        no_speech_prob=measured.no_speech_prob if measured else None,
     )
 
 

@@ -15,8 +15,8 @@ The main process holds the port bound (not listening) with SO_REUSEPORT, so that
 - Ctrl-C or SIGTERM to the main process: the workers get SIGTERM (uvicorn's graceful shutdown), then the
   core is terminated. A worker whose main process disappears stops itself; so does the core.
 - /metrics: HTTP counters, histograms and in-flight requests are summed over the workers (prometheus_client's
-  multiprocess mode, in a temporary directory); engine numbers come from the core. ``max_in_flight`` and
-  ``max_waiting`` hold per worker.
+  multiprocess mode, in a temporary directory); engine numbers come from the core. ``max_in_flight``, the
+  per-client and per-key caps and ``max_waiting`` hold per worker.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
     import uvicorn
 
     from oasr.engine.core_client import EngineCoreClient
-    from oasr.serving.app import GRACEFUL_SHUTDOWN_S, build_app
+    from oasr.serving.app import build_app
+    from oasr.serving.connections import uvicorn_config
 
     logging.basicConfig(level=level, format=f"%(levelname)s %(name)s [api worker {worker_id}]: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the main process decides
@@ -146,8 +147,7 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
     engine = EngineCoreClient.attach(spec, channel, core_pid, worker_id, max_waiting=max_waiting)
     try:
         app = WorkerHeader(build_app(engine, settings), worker_id)
-        config = uvicorn.Config(app, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-                                log_level=logging.getLevelName(level).lower())
+        config = uvicorn_config(app, settings, log_level=logging.getLevelName(level).lower())
         server = uvicorn.Server(config)
         threading.Thread(target=_watch_parent, args=(parent, server), name="oasr-parent-watch", daemon=True).start()
         sock = _reuseport_socket(host, port)
