@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 import oasr
 from oasr.bench import soak
-from oasr.bench.soak_faults import FAULT_KINDS, REFUSED_BODIES
+from oasr.bench.soak import Planned, RestartWindow, SoakConfig, plan
+from oasr.bench.soak_faults import FAULT_KINDS, REFUSED_BODIES, lying_wav
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 
@@ -26,6 +28,39 @@ def _clips(tmp_path: Path) -> Path:
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return manifest
+
+
+def test_the_plan_has_the_asked_share_of_faults_and_every_kind() -> None:
+    config = SoakConfig("tiny.en", "cpu", 40, 8, 0.2, 60.0, 4.0, (JFK, JFK))
+    planned = plan(config)
+    kinds = [p.kind for p in planned]
+    assert len(planned) == 40 and sum(k != "normal" for k in kinds) == 8
+    assert set(kinds) == {"normal", *FAULT_KINDS}
+    assert plan(config) == planned and [p.clip for p in planned[:4]] == [0, 1, 0, 1]
+
+
+def test_a_transport_error_is_lost_unless_the_restart_or_an_oversize_body_explains_it() -> None:
+    window = RestartWindow(start=10.0, end=20.0)
+    normal, oversize = Planned(0, "normal", 0), Planned(1, "oversize", 0)
+    closed = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    outcome = soak._transport_outcome
+    assert outcome(normal, closed, 5.0, 12.0, window) == "refused_by_restart"  # in flight at the SIGTERM
+    assert outcome(normal, httpx.ConnectError("refused"), 15.0, 15.1, window) == "refused_by_restart"
+    assert outcome(normal, closed, 21.0, 22.0, window) == "lost"  # after the restart: nothing explains it
+    assert outcome(normal, closed, 1.0, 9.0, RestartWindow()) == "lost"
+    assert outcome(oversize, httpx.WriteError("reset"), 21.0, 22.0, window) == "refused"
+    assert outcome(normal, httpx.ReadTimeout("slow"), 21.0, 22.0, window) == "hung"
+    assert outcome(normal, httpx.ReadTimeout("slow"), 12.0, 14.0, window) == "hung"  # a hang is never excused
+
+
+def test_the_lying_wav_claims_one_hertz() -> None:
+    import io
+    import random
+
+    import soundfile as sf
+
+    info = sf.info(io.BytesIO(lying_wav(random.Random(0))))
+    assert (info.samplerate, info.frames, info.channels) == (1, 4000, 1)
 
 
 @pytest.mark.slow
