@@ -221,3 +221,21 @@ def test_progress_moves_in_audio_seconds_within_one_long_file(tmp_path: Path, mo
     assert bar.total == pytest.approx(33.0)
     assert len([n for n in bar.updates if n > 0]) >= 2 and sum(bar.updates) == pytest.approx(33.0)
     assert bar.totals_at_update[0] == pytest.approx(33.0)  # the file's length was known before it finished
+
+
+def test_convert_on_a_full_disk_is_a_one_line_error_and_leaves_no_half_checkpoint(tmp_path: Path, monkeypatch,
+                                                                                 capsys) -> None:
+    import errno
+
+    from oasr.models.converters import native
+
+    def full_disk(checkpoint, destination: Path, **kwargs) -> Path:
+        destination.mkdir(parents=True)
+        (destination / "model.safetensors").write_bytes(b"\0" * 1024)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(native, "save_native", full_disk)
+    destination = tmp_path / "converted"
+    assert main(["convert", "tiny.en", str(destination)]) == 1
+    assert "No space left on device" in _one_error_line(capsys.readouterr().err)
+    assert not destination.exists()
