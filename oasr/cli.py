@@ -5,13 +5,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oasr.serving.formats import OUTPUT_FORMATS, render, render_many
 from oasr.serving.settings import ServerSettings
 from oasr.vad import VAD_DETECTORS
+
+if TYPE_CHECKING:
+    from oasr.types import TranscribeOptions
 
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
@@ -42,8 +47,11 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="rank beam hypotheses by log-probability / ((5 + length) / 6) ** PENALTY, PENALTY in [0, 1] "
                    "(default: divide by the length)")
     p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
-    p.add_argument("--output-dir", type=Path, default=None, help="write FILE_STEM.FORMAT here instead of stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--output-dir", type=Path, default=None,
+                   help="write STEM.FORMAT per input here instead of stdout; an input whose stem an earlier input "
+                   "already has gets STEM-1.FORMAT, STEM-2.FORMAT, ... (input order; a name that another input's "
+                   "own stem takes is skipped), so no output overwrites another")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (it counts audio seconds, on a terminal)")
     p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
                    help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
     p.add_argument("--word-timestamps", action="store_true",
@@ -111,46 +119,122 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
 
 
+def output_names(files: Sequence[Path]) -> list[str]:
+    """The --output-dir stem of each input: its own stem for the first input with that stem, then STEM-1,
+    STEM-2, ... for later ones, skipping any name that is some input's own stem."""
+    reserved = {f.stem for f in files}
+    seen: set[str] = set()
+    names = []
+    for path in files:
+        name = path.stem
+        if name in seen:
+            n = 1
+            while f"{path.stem}-{n}" in reserved:
+                n += 1
+            name = f"{path.stem}-{n}"
+            reserved.add(name)
+        seen.add(name)
+        names.append(name)
+    return names
+
+
+def write_output(target: Path, text: str) -> None:
+    """Writes through a hidden partial file renamed into place, so a failed write (a full disk) leaves no
+    truncated output behind."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+class StdoutError(Exception):
+    """stdout refused a write (a full disk, a closed pipe): nothing more can be printed."""
+
+
+def _print(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        raise StdoutError(exc.strerror or str(exc)) from None
+
+
+def _transcribe_options(args: argparse.Namespace) -> TranscribeOptions:
+    from oasr.types import FallbackOptions, TranscribeOptions
+
+    return TranscribeOptions(
+        language=args.language, task=args.task, batch_size=args.batch_size, long_form=args.long_form,
+        timestamps=args.timestamps or args.output_format in ("srt", "vtt"), prompt=args.prompt,
+        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
+        vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
+        length_penalty=args.length_penalty,
+    )
+
+
+def _check_output_dir(output_dir: Path | None) -> str | None:
+    """Why --output-dir cannot be used, found before any model loads (None when it can)."""
+    if output_dir is None:
+        return None
+    if output_dir.exists() and not output_dir.is_dir():
+        return f"--output-dir {output_dir} exists and is not a directory"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--output-dir {output_dir}: {exc.strerror or exc}"
+    return None
+
+
 def cmd_transcribe(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from oasr.api import iter_transcribe
-    from oasr.types import FallbackOptions, TranscribeOptions
 
     try:
-        options = TranscribeOptions(
-            language=args.language, task=args.task, batch_size=args.batch_size, long_form=args.long_form,
-            timestamps=args.timestamps or args.output_format in ("srt", "vtt"), prompt=args.prompt,
-            fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
-            vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
-            length_penalty=args.length_penalty,
-        )
+        options = _transcribe_options(args)
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
+    problem = _check_output_dir(args.output_dir)
+    if problem:
+        print(f"oasr: error: {problem}", file=sys.stderr)
+        return 2
     dtype = None if args.dtype == "auto" else args.dtype
-    if args.output_dir:
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-    show_progress = len(args.files) > 1 and not args.quiet
-    progress = tqdm(total=len(args.files), unit="file", disable=not show_progress or None, file=sys.stderr)
+    names = output_names(args.files)
+    # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
+    progress = tqdm(total=0, unit="s", unit_scale=True, disable=True if args.quiet else None, file=sys.stderr,
+                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} audio s [{elapsed}<{remaining}]")
+
+    def on_progress(found_s: float, done_s: float) -> None:
+        if found_s:
+            progress.total += found_s
+            progress.refresh()
+        if done_s:
+            progress.update(done_s)
+
     failed, collected = 0, []
-    for result in iter_transcribe(args.files, args.model, options=options, device=args.device, dtype=dtype):
-        progress.update(1)
+    results = iter_transcribe(args.files, args.model, options=options, device=args.device, dtype=dtype,
+                              on_progress=on_progress)
+    for name, result in zip(names, results, strict=True):
         if result.error:
             failed += 1
             progress.write(f"oasr: error: {result.error}", file=sys.stderr)
-            continue
-        if args.output_dir:
-            target = args.output_dir / f"{Path(result.source).stem}.{args.output_format}"
-            target.write_text(render(result, args.output_format), encoding="utf-8")
+        elif args.output_dir:
+            target = args.output_dir / f"{name}.{args.output_format}"
+            try:
+                write_output(target, render(result, args.output_format))
+            except OSError as exc:
+                failed += 1
+                progress.write(f"oasr: error: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)
         elif args.output_format == "json":
             collected.append(result)
         else:
-            sys.stdout.write(render(result, args.output_format))
-            sys.stdout.flush()
+            _print(render(result, args.output_format))
     progress.close()
     if collected:
-        sys.stdout.write(render_many(collected, "json"))
+        _print(render_many(collected, "json"))
     return 1 if failed else 0
 
 
@@ -221,10 +305,21 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from oasr.models.converters.native import save_native
     from oasr.models.loader import build_model, read_checkpoint, resolve_source
 
+    destination: Path = args.destination
+    if destination.exists() and not destination.is_dir():
+        print(f"oasr: error: convert: {destination} exists and is not a directory", file=sys.stderr)
+        return 2
     checkpoint = read_checkpoint(resolve_source(args.source))
     config, _ = build_model(checkpoint)  # validates the checkpoint before anything is written
     checkpoint.config = config.to_dict()
-    save_native(checkpoint, args.destination, dtype=getattr(torch, args.dtype))
+    created = not destination.exists()
+    try:
+        save_native(checkpoint, destination, dtype=getattr(torch, args.dtype))
+    except OSError as exc:
+        if created:  # half a checkpoint would later load as a confusing error; one that was there is left
+            shutil.rmtree(destination, ignore_errors=True)
+        print(f"oasr: error: convert: cannot write {destination}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"wrote {checkpoint.architecture} ({checkpoint.format} -> native, {args.dtype}) to {args.destination}")
     return 0
 
@@ -263,6 +358,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OASRError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
+    except StdoutError as exc:
+        print(f"oasr: error: cannot write to stdout: {exc}", file=sys.stderr)
+        _silence_stdout()
+        return 1
+
+
+def _silence_stdout() -> None:
+    """Points a failed stdout at /dev/null, as the Python docs advise for a closed pipe: the interpreter
+    flushes stdout once more at exit, and would print a traceback-like warning when that fails too."""
+    if sys.stdout is sys.__stdout__ and sys.stdout is not None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":

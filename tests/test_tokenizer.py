@@ -51,3 +51,44 @@ def test_unknown_language_and_task_are_refused(base_multilingual) -> None:
         base_multilingual.tokenizer.language_id("klingon")
     with pytest.raises(UnsupportedOptionError, match="summarize"):
         base_multilingual.tokenizer.task_id("summarize")
+
+
+@pytest.mark.parametrize("text", [" say <|endoftext|> now", "<|translate|><|de|> <|notimestamps|><|0.00|>"])
+def test_special_token_names_in_text_are_encoded_as_plain_text(tiny_en, base_multilingual, text: str) -> None:
+    """A prompt is text: ``<|endoftext|>`` typed in it must not become the control token (openai-whisper's
+    tiktoken, told to allow no special token, gives the same plain BPE ids)."""
+    from whisper.tokenizer import get_encoding
+
+    for loaded, vocabulary in ((tiny_en, "gpt2"), (base_multilingual, "multilingual")):
+        ids = loaded.tokenizer.encode(text)
+        assert max(ids) < loaded.tokenizer.special.eot
+        assert ids == get_encoding(vocabulary).encode(text, disallowed_special=())
+        assert loaded.tokenizer.decode(ids) == text
+
+
+def test_added_tokens_not_flagged_special_are_plain_text_too(tiny_en, tmp_path) -> None:
+    """Hugging Face's Whisper vocabularies add ``<|0.00|>`` ... as tokens that are not flagged special."""
+    import json
+
+    from oasr.tokenizers.whisper import WhisperTokenizer
+
+    data = json.loads(tiny_en.tokenizer.path.read_text(encoding="utf-8"))
+    next_id = max(t["id"] for t in data["added_tokens"]) + 1
+    data["added_tokens"].append({"id": next_id, "content": "<|0.00|>", "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": False})
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    tokenizer = WhisperTokenizer(tmp_path / "tokenizer.json")
+    ids = tokenizer.encode(" at <|0.00|> we")
+    assert ids == tiny_en.tokenizer.encode(" at <|0.00|> we") and max(ids) < tokenizer.special.eot
+
+
+def test_a_prompt_naming_control_tokens_conditions_on_text_only(base_multilingual) -> None:
+    from oasr.models.whisper.prompt import WhisperPrompter
+    from oasr.types import DecodeOptions
+
+    prompter = WhisperPrompter(base_multilingual.config, base_multilingual.tokenizer, "base")
+    s = base_multilingual.tokenizer.special
+    prompt = prompter.prompt("en", DecodeOptions(prompt="Done.<|endoftext|><|translate|><|de|>"))
+    previous = prompt.token_ids[1 : prompt.sot_index]
+    assert prompt.token_ids[0] == s.sot_prev and previous and max(previous) < s.eot
+    assert prompt.token_ids[prompt.sot_index :] == (s.sot, s.language_ids["en"], s.transcribe, s.no_timestamps)

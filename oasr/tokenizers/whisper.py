@@ -105,8 +105,14 @@ class WhisperTokenizer:
         return None
 
     def encode(self, text: str) -> list[int]:
-        """Plain text -> BPE ids, without any special tokens."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        """Plain text -> BPE ids, without any special tokens. The text is never searched for added tokens: a
+        prompt that says ``<|endoftext|>`` means those characters, not the control token. ``Tokenizer.encode``
+        would match them (``encode_special_tokens`` spares only the tokens flagged special, and Hugging Face
+        vocabularies add the timestamp tokens unflagged), so the pre-tokenizer and the BPE model run directly."""
+        if self._tok.normalizer is not None:
+            text = self._tok.normalizer.normalize_str(text)
+        pieces = self._tok.pre_tokenizer.pre_tokenize_str(text)
+        return [token.id for piece, _ in pieces for token in self._tok.model.tokenize(piece)]
 
     def decode(self, token_ids: list[int]) -> str:
         """Ids -> text; special and timestamp tokens (every id >= ``<|endoftext|>``) are dropped."""

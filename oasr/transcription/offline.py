@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -31,6 +31,14 @@ from oasr.types import DecodeOptions, Transcription, TranscribeOptions
 AudioInput = str | os.PathLike | bytes | np.ndarray
 _DECODE_THREADS = 4
 _DECODE_LOOKAHEAD = 64
+
+# on_progress(found_s, done_s): an input was decoded (found_s: its seconds of audio), or a part of one finished
+# (done_s: its seconds), so that a progress bar moves within one long input, not only once per input.
+ProgressCallback = Callable[[float, float], None]
+
+
+def no_progress(found_s: float, done_s: float) -> None:
+    """The ``ProgressCallback`` that reports nowhere."""
 
 
 Span = tuple[int, int]  # samples [start, end) of one input decoded as one request
@@ -116,11 +124,12 @@ class OfflineTranscriber:
             return fixed_spans(len(samples), self.window)
         return [(w.start, w.end) for w in self.planner.plan([samples])[0]]
 
-    def run(self, inputs: Iterable[AudioInput]) -> Iterator[Transcription]:
-        """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``."""
+    def run(self, inputs: Iterable[AudioInput], on_progress: ProgressCallback = no_progress) -> Iterator[Transcription]:
+        """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``.
+        ``on_progress`` hears of each input's audio when it is decoded and of each window when it finishes."""
         if self.options.long_form == "sequential":
             decoded = ((index, name, samples) for index, name, samples, _ in self._decoded(inputs))
-            yield from SequentialTranscriber(self.loaded, self.engine, self.options).run(decoded)
+            yield from SequentialTranscriber(self.loaded, self.engine, self.options).run(decoded, on_progress)
             return
         order: deque[_Pending | Transcription] = deque()
         by_id: dict[str, tuple[_Pending, int]] = {}
@@ -134,6 +143,7 @@ class OfflineTranscriber:
                 if self.options.word_timestamps:
                     pending.audio = [samples[start:end] for start, end in spans]
                 order.append(pending)
+                on_progress(len(samples) / SAMPLE_RATE, 0.0)
                 for w, (start, end) in enumerate(spans):
                     request_id = f"{index}/{w}"
                     by_id[request_id] = (pending, w)
@@ -142,6 +152,8 @@ class OfflineTranscriber:
         for output in self.engine.run(requests()):
             pending, w = by_id.pop(output.request_id)
             pending.outputs[w] = output
+            start, end = pending.spans[w]
+            on_progress(0.0, (end - start) / SAMPLE_RATE)
             yield from self._drain(order)
         yield from self._drain(order)
 

@@ -20,7 +20,7 @@ and each window's first word is placed after where speech ended in the window be
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -120,6 +120,12 @@ class LongFormCursor:
     @property
     def done(self) -> bool:
         return self.seek >= self.content_frames
+
+    @property
+    def progress_s(self) -> float:
+        """Seconds of the input behind the cursor (all of them once it is done)."""
+        num_samples = len(self.samples) if self.done else min(self.seek * HOP_SAMPLES, len(self.samples))
+        return num_samples / SAMPLE_RATE
 
     def _segment_size(self) -> int:
         return min(self.window_frames, self.content_frames - self.seek)
@@ -259,9 +265,12 @@ class SequentialTranscriber:
         waveform = torch.from_numpy(padded)[None].to(self.loaded.device)
         return self.loaded.features.log_mel(waveform)[0]
 
-    def run(self, decoded: Iterable[tuple[int, str, np.ndarray | AudioDecodeError]]) -> Iterator[Transcription]:
+    def run(self, decoded: Iterable[tuple[int, str, np.ndarray | AudioDecodeError]],
+            on_progress: Callable[[float, float], None] | None = None) -> Iterator[Transcription]:
         """``decoded``: (index, name, samples or the error that decoding raised), in input order. Yields one
-        result per input, in input order."""
+        result per input, in input order. ``on_progress(found_s, done_s)``: as ``offline.ProgressCallback``,
+        ``done_s`` being how far a window moved its input's cursor."""
+        report = on_progress or (lambda found_s, done_s: None)
         order: deque[LongFormCursor | Transcription] = deque()
         in_engine: dict[str, LongFormCursor] = {}
         pending = iter(decoded)
@@ -280,6 +289,7 @@ class SequentialTranscriber:
                 cursor = LongFormCursor(name, samples, self.whole_mel(samples), loaded=self.loaded,
                                         options=self.options, window_frames=self.window_frames)
                 order.append(cursor)
+                report(len(samples) / SAMPLE_RATE, 0.0)
                 self._submit(cursor, f"lf-{next(ids)}", in_engine)
             yield from self._drain(order)
             if not self.engine.has_unfinished():
@@ -290,10 +300,11 @@ class SequentialTranscriber:
             for output in self.engine.step():
                 if output.finished:
                     cursor = in_engine.pop(output.request_id)
+                    finished.append((cursor, cursor.progress_s))
                     cursor.accept(output)
-                    finished.append(cursor)
-            self._align([cursor for cursor in finished if cursor.unaligned is not None])
-            for cursor in finished:
+            self._align([cursor for cursor, _ in finished if cursor.unaligned is not None])
+            for cursor, before_s in finished:
+                report(0.0, cursor.progress_s - before_s)
                 self._submit(cursor, f"lf-{next(ids)}", in_engine)
 
     def _align(self, cursors: list[LongFormCursor]) -> None:

@@ -1,0 +1,81 @@
+"""A small soak of a real ``oasr serve`` subprocess: faults, a restart, and answers equal to the offline text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+import oasr
+from oasr.bench import soak
+from oasr.bench.soak import Planned, RestartWindow, SoakConfig, plan
+from oasr.bench.soak_faults import FAULT_KINDS, REFUSED_BODIES, lying_wav
+
+JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
+
+
+def _clips(tmp_path: Path) -> Path:
+    """Two short slices of the JFK clip (short clips keep the decode cheap), listed in a manifest."""
+    import soundfile as sf
+
+    samples, rate = sf.read(JFK, dtype="float32")
+    rows = []
+    for name, start_s, end_s in (("opening", 0.0, 3.0), ("closing", 6.5, 11.0)):
+        sf.write(tmp_path / f"{name}.flac", samples[int(start_s * rate) : int(end_s * rate)], rate)
+        rows.append({"audio": f"{name}.flac", "duration_s": end_s - start_s, "language": "en"})
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return manifest
+
+
+def test_the_plan_has_the_asked_share_of_faults_and_every_kind() -> None:
+    config = SoakConfig("tiny.en", "cpu", 40, 8, 0.2, 60.0, 4.0, (JFK, JFK))
+    planned = plan(config)
+    kinds = [p.kind for p in planned]
+    assert len(planned) == 40 and sum(k != "normal" for k in kinds) == 8
+    assert set(kinds) == {"normal", *FAULT_KINDS}
+    assert plan(config) == planned and [p.clip for p in planned[:4]] == [0, 1, 0, 1]
+
+
+def test_a_transport_error_is_lost_unless_the_restart_or_an_oversize_body_explains_it() -> None:
+    window = RestartWindow(start=10.0, end=20.0)
+    normal, oversize = Planned(0, "normal", 0), Planned(1, "oversize", 0)
+    closed = httpx.RemoteProtocolError("Server disconnected without sending a response.")
+    outcome = soak._transport_outcome
+    assert outcome(normal, closed, 5.0, 12.0, window) == "refused_by_restart"  # in flight at the SIGTERM
+    assert outcome(normal, httpx.ConnectError("refused"), 15.0, 15.1, window) == "refused_by_restart"
+    assert outcome(normal, closed, 21.0, 22.0, window) == "lost"  # after the restart: nothing explains it
+    assert outcome(normal, closed, 1.0, 9.0, RestartWindow()) == "lost"
+    assert outcome(oversize, httpx.WriteError("reset"), 21.0, 22.0, window) == "refused"
+    assert outcome(normal, httpx.ReadTimeout("slow"), 21.0, 22.0, window) == "hung"
+    assert outcome(normal, httpx.ReadTimeout("slow"), 12.0, 14.0, window) == "hung"  # a hang is never excused
+
+
+def test_the_lying_wav_claims_one_hertz() -> None:
+    import io
+    import random
+
+    import soundfile as sf
+
+    info = sf.info(io.BytesIO(lying_wav(random.Random(0))))
+    assert (info.samplerate, info.frames, info.channels) == (1, 4000, 1)
+
+
+@pytest.mark.slow
+def test_a_small_soak_loses_nothing_and_every_answer_is_the_offline_text(tmp_path: Path) -> None:
+    out = tmp_path / "summary.json"
+    code = soak.main(["--requests", "40", "--concurrency", "8", "--fault-rate", "0.2", "--model", "tiny.en",
+                      "--device", "cpu", "--timeout-s", "120", "--manifest", str(_clips(tmp_path)),
+                      "--json-out", str(out), "--log", str(tmp_path / "server.log")])
+    summary = json.loads(out.read_text(encoding="utf-8"))
+    assert code == 0 and summary["ok"]
+    totals, kinds = summary["totals"], summary["by_kind"]
+    assert totals["sent"] == 40 and totals["lost"] == 0 and totals["hung"] == 0
+    assert all(kinds[kind]["sent"] >= 1 for kind in FAULT_KINDS)  # 8 faults: every kind at least once
+    assert summary["texts"]["checked"] >= 20 and summary["texts"]["equal"] == summary["texts"]["checked"]
+    for kind in REFUSED_BODIES:  # refused, or caught by the restart: never answered as if they were speech
+        assert kinds[kind]["completed"] == 0
+    assert summary["server"]["restart_s"] is not None and summary["server"]["healthy_at_end"]
+    assert summary["server"]["peak_rss_mib"] > 0
