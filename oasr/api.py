@@ -43,6 +43,8 @@ def transcribe(
     *,
     language: str | None = None,
     task: Task = "transcribe",
+    target_language: str | None = None,
+    punctuation: bool = True,
     batch_size: int = 16,
     long_form: LongForm = "parallel",
     timestamps: bool = False,
@@ -65,11 +67,14 @@ def transcribe(
     real start and end times in parallel mode too. ``word_timestamps`` fills each segment's ``words`` (Whisper
     checkpoints; in sequential mode windows then resume from their last word's end, as openai-whisper's do);
     ``vad`` names a detector (``oasr.vad``) that cuts parallel long-form windows at silences.
+    ``target_language`` is the language to write on models that translate between many (Canary), and
+    ``punctuation=False`` asks them for text without punctuation and capitals.
     ``beam_size`` decodes by beam search (openai-whisper's, with ``patience`` and ``length_penalty``) instead of
     greedily; each window then decodes on ``beam_size`` rows. ``options`` (a full ``TranscribeOptions``)
     replaces the keyword options before it."""
     if options is None:
-        options = TranscribeOptions(language=language, task=task, batch_size=batch_size, long_form=long_form,
+        options = TranscribeOptions(language=language, task=task, target_language=target_language,
+                                    punctuation=punctuation, batch_size=batch_size, long_form=long_form,
                                     timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad,
                                     beam_size=beam_size, patience=patience, length_penalty=length_penalty)
     results = []

@@ -28,6 +28,10 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="30 s windows decoded together")
     p.add_argument("--language", default=None, help="language code (default: the model's, or detected)")
     p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
+    p.add_argument("--target-language", default=None,
+                   help="language to write, on models that translate between many (Canary); default: the spoken one")
+    p.add_argument("--no-punctuation", action="store_true",
+                   help="text without punctuation and capitals, on models that can leave them out (Canary)")
     p.add_argument("--long-form", default="parallel", choices=("parallel", "sequential"),
                    help="audio over 30 s: 'parallel' decodes consecutive 30 s windows independently (fast); "
                    "'sequential' is openai-whisper's loop (each window resumes at the last timestamp, conditioned "
@@ -162,12 +166,15 @@ def _print(text: str) -> None:
         raise StdoutError(exc.strerror or str(exc)) from None
 
 
-def _transcribe_options(args: argparse.Namespace) -> TranscribeOptions:
+def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -> TranscribeOptions:
+    """The options of ``args``; subtitles imply timestamps where the model decodes them (``timed_model``), and
+    come from the windows' own times elsewhere."""
     from oasr.types import FallbackOptions, TranscribeOptions
 
     return TranscribeOptions(
-        language=args.language, task=args.task, batch_size=args.batch_size, long_form=args.long_form,
-        timestamps=args.timestamps or args.output_format in ("srt", "vtt"), prompt=args.prompt,
+        language=args.language, task=args.task, target_language=args.target_language,
+        punctuation=not args.no_punctuation, batch_size=args.batch_size, long_form=args.long_form,
+        timestamps=args.timestamps or (timed_model and args.output_format in ("srt", "vtt")), prompt=args.prompt,
         fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
         vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
         length_penalty=args.length_penalty,
@@ -202,6 +209,11 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         print(f"oasr: error: {problem}", file=sys.stderr)
         return 2
     dtype = None if args.dtype == "auto" else args.dtype
+    from oasr.models.capabilities import capabilities_of
+    from oasr.models.loader import from_pretrained
+
+    loaded = from_pretrained(args.model, device=args.device, dtype=dtype)
+    options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
     names = output_names(args.files)
     # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
     progress = tqdm(total=0, unit="s", unit_scale=True, disable=True if args.quiet else None, file=sys.stderr,
@@ -215,8 +227,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             progress.update(done_s)
 
     failed, collected = 0, []
-    results = iter_transcribe(args.files, args.model, options=options, device=args.device, dtype=dtype,
-                              on_progress=on_progress)
+    results = iter_transcribe(args.files, loaded, options=options, on_progress=on_progress)
     for name, result in zip(names, results, strict=True):
         if result.error:
             failed += 1
@@ -280,9 +291,14 @@ def cmd_models(args: argparse.Namespace) -> int:
     from oasr.models import ARCHITECTURES, CONVERTERS
     from oasr.models.embedded import EMBEDDED_MODELS, is_installed
 
-    print("architectures:")
-    for name in ARCHITECTURES.names():
-        print(f"  {name}")
+    from oasr.models.capabilities import capabilities_of
+
+    print("architectures (runner; decode strategies, the first the default; request options; tasks):")
+    for name, arch in ARCHITECTURES.items():
+        c = capabilities_of(arch)
+        options = ", ".join(sorted(c.served_options)) or "none"
+        words = "; word timing" if c.word_timing else ""
+        print(f"  {name:12s} {c.runner}; {', '.join(c.decode_strategies)}; {options}; {', '.join(c.tasks)}{words}")
     print("checkpoint formats: " + ", ".join(CONVERTERS.names()))
     print("model names:")
     for model in EMBEDDED_MODELS.values():

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
+import soundfile as sf
 
 from aed_reference import audio_batch, make_canary_checkpoint, make_cohere_checkpoint, reference_generate
+from oasr.cli import main
 from oasr.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from oasr.engine.engine import ASREngine
 from oasr.errors import UnsupportedOptionError
@@ -62,7 +66,8 @@ def test_each_request_holds_cross_attention_for_its_own_length(loaded) -> None:
     engine = ASREngine(loaded, EngineConfig(cache=CacheConfig(memory_budget_bytes=64 << 20)))
     short, long = audio_batch(seconds=(0.5, 4.0))
     for request_id, audio in (("short", short), ("long", long)):
-        engine.add_request(audio, DecodeOptions(language="en", max_new_tokens=4), request_id=request_id)
+        engine.add_request(audio, DecodeOptions(language="en", min_new_tokens=4, max_new_tokens=4),
+                           request_id=request_id)
     engine.step()
     held = {r.request_id: len(r.cross_block_ids) for r in engine.scheduler.running}
     pool = engine.runner.cross_pool
@@ -82,3 +87,22 @@ def test_options_the_family_cannot_serve_are_refused_naming_them(checkpoint, loa
         engine.add_request(audio, DecodeOptions())
     with pytest.raises(UnsupportedOptionError, match="prompt"):
         engine.add_request(audio, DecodeOptions(language="en", prompt="hello"))
+
+
+def test_cli_prints_the_generated_tokens_without_prompt_or_end(checkpoint, loaded, tmp_path: Path, capsys) -> None:
+    kind, directory = checkpoint
+    audio = audio_batch()[0]
+    path = tmp_path / "clip.wav"
+    sf.write(path, audio, 16_000)
+    args = ["transcribe", str(path), "--model", str(directory), "--device", "cpu", "--language", "de",
+            "--output-format", "jsonl"]
+    if kind == "canary":
+        args += ["--target-language", "en"]
+    assert main(args) == 0
+    row = json.loads(capsys.readouterr().out)
+    options = DecodeOptions(language="de", target_language="en" if kind == "canary" else None)
+    prompt = ASREngine(loaded, EngineConfig(cache=CacheConfig(memory_budget_bytes=64 << 20))).runner.prompter.prompt(
+        options, None).token_ids
+    room = loaded.model.decoder_spec.max_positions - len(prompt) + 1
+    assert row["token_ids"] == reference_generate(directory, [audio], prompt, max_new_tokens=room)[0]
+    assert row["language"] == "de"

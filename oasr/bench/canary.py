@@ -2,6 +2,8 @@
 
     python -m oasr.bench.canary --arch canary-1b-v2 --num-utterances 1024 --output-tokens 32 --device cuda
 
+``--skip-peer`` times OASR alone and prints its encode/decode phases (for trying scheduler settings).
+
 Audio is seeded noise of LibriSpeech-like lengths (2-20 s). Random weights make its content irrelevant, and both
 sides decode the same frames with the same weights and exactly ``--output-tokens`` tokens per clip
 (end-of-text is held back until then, on both sides), so they do the same work. The peer runs on OASR's
@@ -61,7 +63,11 @@ def build(arch: str, directory: Path, seed: int = 0):
                                        vocab_size=decoder["vocab_size"], tie_word_embeddings=True)
     model = transformers.CanaryForConditionalGeneration(config).eval()
     model.save_pretrained(directory)
-    transformers.ParakeetFeatureExtractor(feature_size=encoder["num_mel_bins"]).save_pretrained(directory)
+    # What transformers' ParakeetFeatureExtractor saves (written here: that class needs librosa to be built).
+    preprocessor = dict(feature_extractor_type="ParakeetFeatureExtractor", feature_size=encoder["num_mel_bins"],
+                        hop_length=160, n_fft=512, padding_side="right", padding_value=0.0, preemphasis=0.97,
+                        return_attention_mask=True, sampling_rate=16000, win_length=400)
+    (directory / "preprocessor_config.json").write_text(json.dumps(preprocessor, indent=2))
     write_vocabulary(directory / "tokenizer.json", decoder["vocab_size"])
     return model
 
@@ -95,9 +101,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[32, 64, 128])
+    parser.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-encode-rows", type=int, default=64)
+    # Offline throughput: a 32-layer encoder wants big batches, also beside running decodes (the serving
+    # defaults, 16 rows beside decodes, favour a newcomer's latency instead).
+    parser.add_argument("--max-encode-rows", type=int, default=256)
+    parser.add_argument("--max-combined-encode-rows", type=int, default=256)
+    parser.add_argument("--min-combined-encode-rows", type=int, default=64)
+    parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
@@ -110,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     options = DecodeOptions(language="en", min_new_tokens=args.output_tokens, max_new_tokens=args.output_tokens)
     engine = ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
         max_num_seqs=args.max_num_seqs, max_encode_rows=args.max_encode_rows,
-        max_encoder_frames=args.max_encode_rows * 2001)))
+        max_encoder_frames=args.max_encode_rows * 2001, max_combined_encode_rows=args.max_combined_encode_rows,
+        min_combined_encode_rows=args.min_combined_encode_rows)))
     prompt = list(engine.runner.prompter.prompt(options, None).token_ids)
     reference = reference.to(device=device, dtype=dtype)
 
@@ -126,6 +138,12 @@ def main(argv: list[str] | None = None) -> None:
                                 device=device, dtype=dtype, extractor=loaded.features)
 
     run_oasr()  # warm-up of both sides on the whole set, then alternating timed rounds
+    if args.skip_peer:
+        engine.runner.phase_seconds.update(encode=0.0, decode=0.0)
+        seconds, _ = run_oasr()
+        print(json.dumps({"oasr_seconds": round(seconds, 3), "phases": engine.runner.phase_seconds,
+                          "max_combined_encode_rows": args.max_combined_encode_rows}))
+        return
     for batch_size in args.peer_batch_sizes:
         peer(batch_size)
     our_times, peer_times, best = [], {b: [] for b in args.peer_batch_sizes}, None

@@ -70,6 +70,9 @@ class TranslationParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str
+    # The spoken language. OpenAI's translations route has none (Whisper detects it); OASR takes it there too,
+    # for models that cannot detect it (Canary).
+    language: str | None = None
     prompt: str | None = None  # text the decoder is conditioned on (openai-whisper's ``initial_prompt``)
     response_format: ResponseFormat = "json"
     temperature: float = Field(default=0.0, ge=0.0, le=1.0)  # 0: greedy; above: sampling at that temperature
@@ -83,7 +86,9 @@ class TranslationParams(BaseModel):
 class TranscriptionParams(TranslationParams):
     """The form fields of ``POST /v1/audio/transcriptions`` (besides ``file``)."""
 
-    language: str | None = None
+    # OASR's extension: the language to write, on models that translate between many (Canary); the
+    # translations route means English.
+    target_language: str | None = None
     timestamp_granularities: list[Granularity] = Field(default_factory=list)
     stream: bool = False
 

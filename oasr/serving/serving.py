@@ -188,7 +188,7 @@ class OpenAIServingTranscription:
     async def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
         """Refuses, saying why, every option this server would otherwise have to ignore. Temperature 0 is greedy
         decoding without fallback (see the module's docstring)."""
-        language, granularities = None, []
+        language, granularities = params.language or None, []
         if isinstance(params, TranscriptionParams):
             if params.timestamp_granularities and params.response_format != "verbose_json":
                 raise APIError(400, "'timestamp_granularities' needs response_format 'verbose_json'.",
@@ -200,7 +200,6 @@ class OpenAIServingTranscription:
                 raise APIError(400, f"The model `{self.settings.served_model_name}` gives no word timestamps "
                                "(Whisper models do); ask for 'segment' granularity or none.",
                                param="timestamp_granularities", code="unsupported_option")
-            language = params.language or None
             granularities = params.timestamp_granularities
         # Segment granularity: segments from timestamp tokens (otherwise one segment per 30 s window). Subtitles
         # and verbose_json without granularities imply it (as the CLI's srt and vtt do) if the model has them.
@@ -208,7 +207,8 @@ class OpenAIServingTranscription:
         if not granularities and params.response_format in _TIMED_FORMATS:
             timestamps = await self._serves(DecodeOptions(task=task, timestamps=True))
         try:
-            options = DecodeOptions(language=language, task=task, timestamps=timestamps,
+            target = params.target_language if isinstance(params, TranscriptionParams) else None
+            options = DecodeOptions(language=language, target_language=target, task=task, timestamps=timestamps,
                                     temperature=params.temperature, prompt=params.prompt or None,
                                     beam_size=params.beam_size, patience=params.patience,
                                     length_penalty=params.length_penalty)
@@ -226,7 +226,12 @@ class OpenAIServingTranscription:
         """The 400 for options the engine refused, naming the request field it refuses on its own (asked one
         field at a time; only a refused request pays for these checks)."""
         plain = DecodeOptions(task=options.task)
+        if options.language is not None and not await self._serves(plain):
+            # A model that needs the spoken language (Canary does not detect it): check the others beside it.
+            with_language = replace(plain, language=options.language)
+            plain = with_language if await self._serves(with_language) else plain
         fields = {"language": replace(plain, language=options.language),
+                  "target_language": replace(plain, target_language=options.target_language),
                   "prompt": replace(plain, prompt=options.prompt),
                   "temperature": replace(plain, temperature=options.temperature),
                   "timestamp_granularities": replace(plain, timestamps=options.timestamps),
@@ -244,6 +249,8 @@ class OpenAIServingTranscription:
             "temperature": f"{model} decodes greedily only; 'temperature' must be 0.",
             "timestamp_granularities": f"{model} gives no segment timestamps; leave out 'timestamp_granularities'.",
             "beam_size": f"{model} has no beam search; send the request without 'beam_size'.",
+            "language": f"{model} does not serve language {options.language!r}.",
+            "target_language": f"{model} cannot write target_language {options.target_language!r}.",
         }.get(refused, str(exc))
         return APIError(400, message, param=refused, code="unsupported_option")
 

@@ -106,17 +106,26 @@ class OfflineTranscriber:
         self.options = options
         self.engine = ASREngine(loaded, engine_config_for(options, config))
         self.decode_options = DecodeOptions(language=options.language, task=options.task,
+                                            target_language=options.target_language,
+                                            punctuation=options.punctuation,
                                             timestamps=options.timestamps, prompt=options.prompt,
                                             beam_size=options.beam_size, patience=options.patience,
                                             length_penalty=options.length_penalty)
         self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
         self.planner = None
-        if options.vad is not None:
+        detector = options.vad
+        capabilities = capabilities_of(type(loaded.model))
+        if detector is None and capabilities.runner == "autoregressive" and "timestamps" not in capabilities.options:
+            # A decoder without timestamp tokens cannot say where a window's speech stops, so a window cut
+            # mid-word loses or garbles that word: long audio is cut at quiet points instead (the built-in
+            # energy detector; --vad picks another).
+            detector = "energy"
+        if detector is not None:
             from oasr.vad import load_detector
             from oasr.vad.planner import WindowPlanner
 
-            self.planner = WindowPlanner(load_detector(options.vad, loaded.device), self.window)
+            self.planner = WindowPlanner(load_detector(detector, loaded.device), self.window)
 
     def spans(self, samples: np.ndarray) -> list[Span]:
         """Where to cut one input: one window if it fits, else every 30 s, or at VAD silences when enabled."""
