@@ -116,6 +116,29 @@ def paged_decode_attention(
 if triton is not None:
 
     @triton.jit
+    def _attend_blocks(q, k_pool, v_pool, table, num_positions, head, pool_stride, best, total, acc,
+                       HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+        """One row's and head's online softmax over positions [0, num_positions) of its block table, a tile of
+        BLOCK_N at a time, read in place; carries (running maximum, weight total, weighted values)."""
+        d = tl.arange(0, HEAD_DIM)
+        for start in range(0, num_positions, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            live = n < num_positions
+            block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
+            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
+            keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, axis=0))
+            weights = tl.exp(scores - new_best)
+            rescale = tl.exp(best - new_best)
+            values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
+            total = total * rescale + tl.sum(weights, axis=0)
+            best = new_best
+        return best, total, acc
+
+
+    @triton.jit
     def _paged_decode_attention_kernel(
         q_ptr, k_ptr, v_ptr, k_pool, v_pool, table_ptr, positions_ptr, out_ptr,
         table_stride, num_blocks, pool_stride, scale,
@@ -139,22 +162,10 @@ if triton is not None:
         best = tl.sum(q * k_new.to(tl.float32), axis=0)
         total = tl.full((), 1.0, tl.float32)
         acc = v_new.to(tl.float32)
-        # Then the cached positions before it, a tile of BLOCK_N at a time, read in place through the table.
+        # Then the cached positions before it, read in place through the table.
         cached = tl.minimum(position, num_blocks * BLOCK_SIZE)
-        for start in range(0, cached, BLOCK_N):
-            n = start + tl.arange(0, BLOCK_N)
-            live = n < cached
-            block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
-            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
-            keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
-            new_best = tl.maximum(best, tl.max(scores, axis=0))
-            weights = tl.exp(scores - new_best)
-            rescale = tl.exp(best - new_best)
-            values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
-            total = total * rescale + tl.sum(weights, axis=0)
-            best = new_best
+        best, total, acc = _attend_blocks(q, k_pool, v_pool, table, cached, head, pool_stride, best, total, acc,
+                                          HEAD_DIM, BLOCK_SIZE, BLOCK_N)
         tl.store(out_ptr + at, (acc / total).to(out_ptr.dtype.element_ty))
 
     @triton.jit
@@ -173,18 +184,6 @@ if triton is not None:
         best = tl.full((), -1.0e30, tl.float32)
         total = tl.full((), 0.0, tl.float32)
         acc = tl.zeros((HEAD_DIM,), tl.float32)
-        for start in range(0, length, BLOCK_N):
-            n = start + tl.arange(0, BLOCK_N)
-            live = n < length
-            block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
-            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
-            keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
-            new_best = tl.maximum(best, tl.max(scores, axis=0))
-            weights = tl.exp(scores - new_best)
-            rescale = tl.exp(best - new_best)
-            values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
-            total = total * rescale + tl.sum(weights, axis=0)
-            best = new_best
+        best, total, acc = _attend_blocks(q, k_pool, v_pool, table, length, head, pool_stride, best, total, acc,
+                                          HEAD_DIM, BLOCK_SIZE, BLOCK_N)
         tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)).to(out_ptr.dtype.element_ty))

@@ -7,6 +7,7 @@ once per request, or a decoder's self-attention cache), so the same module serve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -125,3 +126,19 @@ class CrossAttention(MultiHeadAttention):
     def forward_cross(self, x: torch.Tensor, cross: CrossAttentionCache, layer: int) -> torch.Tensor:
         """x: [B, T, E] decoder states; ``layer``: which of the cache's layers -> [B, T, E]."""
         return self.project_out(cross.attend(layer, self.project_q(x), use_kernel=self.use_kernel))
+
+
+def cross_kv(attentions: Sequence[CrossAttention], hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The K/V of every decoder layer's cross-attention over ``hidden`` [B, S, E], computed once per request:
+    each [layers, B, H, S, D]."""
+    pairs = [attention.project_kv(hidden) for attention in attentions]
+    return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+
+
+def cross_kv_into(attentions: Sequence[CrossAttention], hidden: torch.Tensor, k_out: torch.Tensor,
+                  v_out: torch.Tensor) -> None:
+    """``cross_kv`` written into caller buffers ``k_out``/``v_out``, each [layers, B, S, E] with every layer slice
+    contiguous (the engine's cross-attention stores). Inference only: writing through ``out=`` records no
+    gradient."""
+    for index, attention in enumerate(attentions):
+        attention.project_kv_into(hidden, k_out[index], v_out[index])

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from oasr.layers import Float32Head
+from oasr.layers.attention import cross_kv, cross_kv_into
 from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
@@ -113,16 +114,13 @@ class CanaryForConditionalGeneration(nn.Module):
         return out
 
     def cross_kv(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden: [B, S, d] (``encode``'s) -> every decoder layer's cross-attention (k, v), each [layers, B, H, S, D]
-        (``DenseCross`` takes them)."""
-        pairs = [layer.encoder_attn.project_kv(hidden) for layer in self.model.decoder.layers]
-        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+        """hidden: [B, S, d] (``encode``'s) -> cross-attention (k, v) of every decoder layer, each [layers, B, H, S, D]."""
+        return cross_kv([layer.encoder_attn for layer in self.model.decoder.layers], hidden)
 
     def cross_kv_into(self, hidden: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-        """Cross-attention K/V of every decoder layer written into caller buffers ``k_out``/``v_out``, each
-        [layers, B, S, num_heads * head_dim] with every layer slice contiguous. Inference only (``out=`` writes)."""
-        for index, layer in enumerate(self.model.decoder.layers):
-            layer.encoder_attn.project_kv_into(hidden, k_out[index], v_out[index])
+        """``cross_kv`` into caller buffers, each [layers, B, S, num_heads * head_dim]
+        (``oasr.layers.attention.cross_kv_into``)."""
+        cross_kv_into([layer.encoder_attn for layer in self.model.decoder.layers], hidden, k_out, v_out)
 
     def decode_hidden(
         self,

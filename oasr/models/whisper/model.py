@@ -21,6 +21,7 @@ from oasr.layers import (
     Linear,
     MultiHeadAttention,
 )
+from oasr.layers.attention import cross_kv, cross_kv_into
 from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
@@ -199,15 +200,11 @@ class WhisperForConditionalGeneration(nn.Module):
 
     def cross_kv(self, encoder_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention K/V of every decoder layer, computed once per request: each [layers, B, H, S, D]."""
-        pairs = [layer.encoder_attn.project_kv(encoder_out) for layer in self.model.decoder.layers]
-        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+        return cross_kv([layer.encoder_attn for layer in self.model.decoder.layers], encoder_out)
 
     def cross_kv_into(self, encoder_out: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-        """Cross-attention K/V of every decoder layer written into caller buffers ``k_out``/``v_out``, each
-        [layers, B, S, d_model] with every [B, S, d_model] layer slice contiguous. ``split_cross`` gives the
-        decoder's view of them. Inference only: writing through ``out=`` records no gradient."""
-        for index, layer in enumerate(self.model.decoder.layers):
-            layer.encoder_attn.project_kv_into(encoder_out, k_out[index], v_out[index])
+        """``cross_kv`` into caller buffers, each [layers, B, S, d_model] (``oasr.layers.attention.cross_kv_into``)."""
+        cross_kv_into([layer.encoder_attn for layer in self.model.decoder.layers], encoder_out, k_out, v_out)
 
     def decode(
         self,
