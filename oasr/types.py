@@ -65,7 +65,8 @@ class TranscribeOptions:
     timestamps: bool = False  # timestamp tokens -> segments with real start/end (always on in sequential mode)
     prompt: str | None = None  # text the first window (sequential) or every window (parallel) is conditioned on
     condition_on_previous_text: bool = True  # sequential: each window sees the text decoded before it
-    fallback: FallbackOptions = field(default_factory=FallbackOptions)  # sequential only
+    # Sequential windows, and parallel windows decoded with timestamps (every window of a long input).
+    fallback: FallbackOptions = field(default_factory=FallbackOptions)
     # Beam search (see ``DecodeOptions``). Sequential mode searches only at temperature 0 and samples the fallback
     # temperatures, as openai-whisper's ``transcribe()`` does.
     beam_size: int | None = None

@@ -4,30 +4,48 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 
-from oasr.transcription.offline import split_windows
 from oasr.engine.request import RequestOutput
 from oasr.serving.engine_client import EngineClient
+from oasr.transcription.offline import fixed_spans
+from oasr.transcription.parallel import CoverPlan, WindowCover, window_covers
+from oasr.transcription.results import DecodedWindow
 from oasr.types import DecodeOptions
 
 _REPLACEMENT = "\ufffd"  # what a byte-level BPE piece ending inside a UTF-8 character decodes to
 
 
-class WindowedDecode:
-    """Starts one engine request per window, all at once. Their outputs arrive interleaved on one queue, so a
-    failure in any window (the engine's queue full, say) is seen at once. Without ``partial`` only each window's
-    finished output comes (a response that is not streamed needs no more). ``cancel()`` closes every window's
-    output iterator, which aborts its engine request and frees its rows; it is safe to call at any time."""
+@dataclass(frozen=True)
+class WindowProgress:
+    """A window's text so far, as token ids that will not change; ``finished`` once the window is covered.
+    ``output``: the engine's final output of the decode that just ended, if one did (for the metrics)."""
 
-    def __init__(self, engine: EngineClient, audio: np.ndarray, options: DecodeOptions, *, partial: bool) -> None:
-        self.windows = split_windows(audio, engine.window_samples)
+    token_ids: list[int]
+    finished: bool
+    output: RequestOutput | None = None
+
+
+class WindowedDecode:
+    """Decodes every window at once, each as ``oasr.transcription.parallel`` plans it (follow-ups of a window
+    that stopped short, fallback temperatures, silence). Their progress arrives interleaved on one queue, so a
+    failure in any window (the engine's queue full, say) is seen at once. With ``partial``, a window decoded
+    once as asked streams its tokens as they come unless it may still turn out to be silence; other windows
+    report each decode once it is kept (a retried or continued decode would take back streamed text).
+    ``cancel()`` closes every window's output iterator, which aborts its engine request and frees its rows; it
+    is safe to call at any time."""
+
+    def __init__(self, engine: EngineClient, audio: np.ndarray, plan: CoverPlan, *, partial: bool) -> None:
+        spans = fixed_spans(len(audio), engine.window_samples)
+        self.windows = [audio[start:end] for start, end in spans]
+        self.covers = window_covers(engine.tokenizer, spans, audio, plan)
         self._engine = engine
-        self._events: asyncio.Queue[tuple[int, RequestOutput | Exception]] = asyncio.Queue()
+        self._events: asyncio.Queue[tuple[int, WindowProgress | Exception]] = asyncio.Queue()
         self._num_finished = 0
         self._partial = partial
-        self._tasks = [asyncio.create_task(self._pump(i, w, options)) for i, w in enumerate(self.windows)]
+        self._tasks = [asyncio.create_task(self._pump(cover)) for cover in self.covers]
 
     @property
     def num_windows(self) -> int:
@@ -37,16 +55,35 @@ class WindowedDecode:
     def done(self) -> bool:
         return self._num_finished == self.num_windows
 
-    async def _pump(self, index: int, audio: np.ndarray, options: DecodeOptions) -> None:
-        try:
-            async with contextlib.aclosing(self._engine.generate(audio, options, partial=self._partial)) as outputs:
-                async for output in outputs:
-                    self._events.put_nowait((index, output))
-        except Exception as exc:  # handed to the reader, which decides what the client hears
-            self._events.put_nowait((index, exc))
+    def results(self) -> list[DecodedWindow]:
+        return [cover.result() for cover in self.covers]
 
-    async def next(self, deadline: float) -> tuple[int, RequestOutput]:
-        """The next output of any window. Raises what a window raised, or ``TimeoutError`` once the event
+    async def _pump(self, cover: WindowCover) -> None:
+        try:
+            final = None
+            while (piece := cover.next_request()) is not None:
+                final = await self._decode(cover, piece.options, cover.samples[piece.start : piece.end])
+                cover.accept(final)
+                if not cover.done:
+                    self._events.put_nowait((cover.index, WindowProgress(list(cover.token_ids), False, final)))
+                    final = None
+            self._events.put_nowait((cover.index, WindowProgress(list(cover.token_ids), True, final)))
+        except Exception as exc:  # handed to the reader, which decides what the client hears
+            self._events.put_nowait((cover.index, exc))
+
+    async def _decode(self, cover: WindowCover, options: DecodeOptions, audio: np.ndarray) -> RequestOutput:
+        live = self._partial and not cover.plan.continued
+        final = None
+        async with contextlib.aclosing(self._engine.generate(audio, options, partial=live)) as outputs:
+            async for output in outputs:
+                if output.finished:
+                    final = output
+                elif _cannot_be_silence(cover, output):
+                    self._events.put_nowait((cover.index, WindowProgress(list(output.token_ids), False)))
+        return final
+
+    async def next(self, deadline: float) -> tuple[int, WindowProgress]:
+        """The next progress of any window. Raises what a window raised, or ``TimeoutError`` once the event
         loop's clock passes ``deadline``."""
         timeout = deadline - asyncio.get_running_loop().time()
         if timeout <= 0:
@@ -61,6 +98,12 @@ class WindowedDecode:
     def cancel(self) -> None:
         for task in self._tasks:
             task.cancel()
+
+
+def _cannot_be_silence(cover: WindowCover, output: RequestOutput) -> bool:
+    """A decode whose <|nospeech|> probability is under the threshold is kept whatever its text."""
+    threshold = cover.plan.fallback.no_speech_threshold
+    return threshold is None or output.no_speech_prob is None or output.no_speech_prob <= threshold
 
 
 class IncrementalDetokenizer:
@@ -91,13 +134,13 @@ class OrderedText:
 
     def __init__(self, tokenizer, num_windows: int) -> None:
         self._detokenizers = [IncrementalDetokenizer(tokenizer) for _ in range(num_windows)]
-        self._latest: dict[int, RequestOutput] = {}
+        self._latest: dict[int, RequestOutput | WindowProgress] = {}
         self._current = 0
         self._started = False
         self._held = ""
 
-    def add(self, index: int, output: RequestOutput) -> str:
-        """Records one window's output; returns the text that became stable (maybe empty)."""
+    def add(self, index: int, output: RequestOutput | WindowProgress) -> str:
+        """Records one window's output or progress; returns the text that became stable (maybe empty)."""
         self._latest[index] = output
         pieces = []
         while self._current in self._latest:

@@ -8,11 +8,12 @@ The request fields mean what OpenAI's do, decoded as ``oasr.transcribe`` decodes
 the server answers the same text as offline on the same options:
 - ``prompt``: every window is conditioned on the text (openai-whisper's ``initial_prompt``: after
   ``<|startofprev|>``, its newest tokens up to half the decoder's positions).
-- ``temperature`` above 0: every window samples at that temperature. 0 decodes greedily, without OpenAI's
-  automatic raise of the temperature (openai-whisper's fallback): that fallback belongs to the sequential loop,
-  where each window resumes at the last timestamp of the one before and a failed window holds up the rest,
-  while the server decodes its windows independently and at once; a retried window would also take back text
-  already streamed, and offline parallel decoding has no fallback either.
+- ``temperature`` above 0: every window samples at that temperature. 0 decodes greedily with OpenAI's automatic
+  raise of the temperature (openai-whisper's fallback) on audio longer than one window or with segments, as
+  ``oasr.transcribe`` does: windows are decoded as ``oasr.transcription.parallel`` plans them, continued where
+  a decode stopped short, decoded again where it failed the checks, silent where ``<|nospeech|>`` wins.
+  Streamed text therefore arrives as each decode is kept, except for audio of one window without segments,
+  decoded once as asked, whose tokens stream as they come.
 - ``timestamp_granularities`` ``word`` (verbose_json): once every window is decoded, the engine aligns their
   tokens to the audio (``oasr.transcription.words``: one more encoder pass, the alignment heads' cross-attention, DTW)
   and the answer carries ``words``; ``segment`` gives segments from timestamp tokens.
@@ -39,13 +40,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from oasr.audio import audio_duration
 from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
-from oasr.transcription.offline import to_samples
+from oasr.transcription.offline import fixed_spans, to_samples
 from oasr.engine.request import RequestOutput
-from oasr.transcription.results import DecodedWindow, assemble, decoded_window, with_words
+from oasr.transcription.parallel import CoverPlan, cover_plan
+from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
 from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
 from oasr.serving.admission import Admission, ClientCaps, Ticket, busy
-from oasr.serving.decoding import OrderedText, WindowedDecode
+from oasr.serving.decoding import OrderedText, WindowedDecode, WindowProgress
 from oasr.serving.engine_client import EngineClient
 from oasr.serving.formats import render
 from oasr.serving.metrics import ServerMetrics
@@ -65,7 +67,7 @@ from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
 from oasr.serving.verbose import verbose_segments, verbose_words
-from oasr.types import DecodeOptions, Task, Transcription
+from oasr.types import DecodeOptions, FallbackOptions, Task, Transcription
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,6 +86,7 @@ class TranscriptionJob:
     audio: np.ndarray
     duration_s: float
     options: DecodeOptions
+    plan: CoverPlan  # how its windows are decoded, as offline decodes them
     ticket: Ticket
     deadline: float  # event-loop time (from admission) after which the request is aborted (504)
 
@@ -183,11 +186,21 @@ class OpenAIServingTranscription:
         if duration_s > self.settings.max_audio_seconds:
             raise APIError(400, f"{source}: the audio is {duration_s:.1f} s long; this server accepts at most "
                            f"{self.settings.max_audio_seconds:g} s.", param="file", code="audio_too_long")
-        return TranscriptionJob(task, params, source, audio, duration_s, options, ticket, deadline)
+        return TranscriptionJob(task, params, source, audio, duration_s, options, await self._plan(options, audio),
+                                ticket, deadline)
+
+    async def _plan(self, options: DecodeOptions, audio: np.ndarray) -> CoverPlan:
+        """``oasr.transcribe``'s plan for these options: fallback temperatures unless one was asked for."""
+        num_windows = len(fixed_spans(len(audio), self.engine.window_samples))
+        serves_timestamps = (num_windows > 1 and timestamp_begin_of(self.tokenizer) is not None
+                             and await self._serves(replace(options, timestamps=True)))
+        fallback = FallbackOptions(temperatures=(options.temperature,)) if options.temperature else FallbackOptions()
+        return cover_plan(self.tokenizer, options, fallback, num_windows=num_windows,
+                          serves_timestamps=serves_timestamps)
 
     async def _decode_options(self, task: Task, params: TranslationParams) -> DecodeOptions:
         """Refuses, saying why, every option this server would otherwise have to ignore. Temperature 0 is greedy
-        decoding without fallback (see the module's docstring)."""
+        decoding with openai-whisper's fallback (see the module's docstring)."""
         language, granularities = params.language or None, []
         if isinstance(params, TranscriptionParams):
             if params.timestamp_granularities and params.response_format != "verbose_json":
@@ -277,21 +290,22 @@ class OpenAIServingTranscription:
     # ------------------------------------------------------------------------------------ decoding
 
     async def _collect(self, job: TranscriptionJob) -> TranscriptionResult:
-        decode = WindowedDecode(self.engine, job.audio, job.options, partial=False)
-        finals: dict[int, RequestOutput] = {}
+        decode = WindowedDecode(self.engine, job.audio, job.plan, partial=False)
+        finals: list[RequestOutput] = []
         try:
             while not decode.done:
-                index, output = await decode.next(job.deadline)
-                finals[index] = output
-                self._observe_window(output)
+                _, progress = await decode.next(job.deadline)
+                if progress.output is not None:
+                    finals.append(progress.output)
+                    self._observe_window(progress.output)
         finally:
             decode.cancel()
-        # Only finished outputs came; the engine stamped each window's first token (perf_counter is one
+        # Only finished outputs came; the engine stamped each decode's first token (perf_counter is one
         # system-wide monotonic clock, so an engine process's stamps compare with ours).
-        first_tokens = [o.timings.first_token for o in finals.values() if o.timings.first_token is not None]
+        first_tokens = [o.timings.first_token for o in finals if o.timings.first_token is not None]
         if first_tokens:
             self.metrics.first_token_seconds.observe(max(min(first_tokens) - job.ticket.admitted_at, 0.0))
-        windows = self._windows(finals, job.duration_s)
+        windows = decode.results()
         if job.word_timestamps:
             windows = await self._with_words(job, windows, decode.windows)
         return self._result(job, windows)
@@ -309,7 +323,7 @@ class OpenAIServingTranscription:
     async def _stream(self, job: TranscriptionJob, client_gone: Callable[[], Awaitable[None]]) -> SSEResponse:
         """Waits for the first output before answering, so that a request the engine refuses gets its real
         status (429, 504) rather than a 200 stream carrying an error."""
-        decode = WindowedDecode(self.engine, job.audio, job.options, partial=True)
+        decode = WindowedDecode(self.engine, job.audio, job.plan, partial=True)
         try:
             first = await self._until_done_or_gone(decode.next(job.deadline), client_gone)
         except BaseException:
@@ -322,23 +336,21 @@ class OpenAIServingTranscription:
 
         return SSEResponse(self._events(job, decode, first), on_close=close)
 
-    async def _events(self, job: TranscriptionJob, decode: WindowedDecode, first: tuple[int, RequestOutput]):
+    async def _events(self, job: TranscriptionJob, decode: WindowedDecode, first: tuple[int, WindowProgress]):
         text = OrderedText(self.tokenizer, decode.num_windows)
-        finals: dict[int, RequestOutput] = {}
-        index, output = first
+        index, progress = first
         self.metrics.first_token_seconds.observe(time.perf_counter() - job.ticket.admitted_at)
         try:
             while True:
-                if output.finished:
-                    finals[index] = output
-                    self._observe_window(output)
-                piece = text.add(index, output)
+                if progress.output is not None:
+                    self._observe_window(progress.output)
+                piece = text.add(index, progress)
                 if piece:
                     yield sse_data(TextDeltaEvent(delta=piece))
                 if decode.done:
                     break
-                index, output = await decode.next(job.deadline)
-            result = self._result(job, self._windows(finals, job.duration_s))
+                index, progress = await decode.next(job.deadline)
+            result = self._result(job, decode.results())
             yield sse_data(TextDoneEvent(text=result.transcription.text))
         except Exception as exc:  # the status line is gone: OpenAI's clients raise on an ``error`` event
             yield sse_data(self._api_error(exc).body())
@@ -360,12 +372,6 @@ class OpenAIServingTranscription:
         finally:
             work_task.cancel()
             gone_task.cancel()
-
-    def _windows(self, finals: dict[int, RequestOutput], duration_s: float) -> list[DecodedWindow]:
-        window = self.engine.window_samples
-        return [decoded_window(self.tokenizer, i, window, duration_s, finals[i].token_ids, finals[i].language,
-                               avg_logprob=finals[i].avg_logprob, no_speech_prob=finals[i].no_speech_prob)
-                for i in sorted(finals)]
 
     def _result(self, job: TranscriptionJob, windows: list[DecodedWindow]) -> TranscriptionResult:
         self.metrics.total_seconds.observe(time.perf_counter() - job.ticket.admitted_at)

@@ -3,12 +3,15 @@
 Audio is decoded on worker threads ahead of the engine (libsndfile, FFmpeg and soxr release the GIL), so the
 GPU is not left waiting on file I/O. With ``long_form="parallel"`` audio longer than one window is cut into
 consecutive 30 s windows, or, with ``TranscribeOptions.vad``, into windows cut at the silences a VAD detector
-finds (``oasr.vad.planner``; planned on the same worker threads), all decoded in one batch and joined;
+finds (``oasr.vad.planner``; planned on the same worker threads), all decoded in one batch and joined. A window
+whose decode stops short is continued by follow-up requests (``oasr.transcription.parallel``), added to the
+engine while ``run`` feeds it, so they share its batches with the windows still coming;
 ``"sequential"`` hands the inputs to ``oasr.transcription.sequential`` (openai-whisper's seek loop).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -20,8 +23,8 @@ import numpy as np
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
-from oasr.engine.request import RequestOutput
-from oasr.transcription.results import DecodedWindow, assemble, decoded_span, with_words
+from oasr.transcription.parallel import CoverPlan, WindowCover, cover_plan, window_covers
+from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
 from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.capabilities import capabilities_of
@@ -48,13 +51,12 @@ Span = tuple[int, int]  # samples [start, end) of one input decoded as one reque
 class _Pending:
     source: str
     duration_s: float
-    spans: list[Span]
-    outputs: dict[int, RequestOutput] = field(default_factory=dict)
+    covers: list[WindowCover]
     audio: list[np.ndarray] = field(default_factory=list)  # the windows' samples, kept only for word timestamps
 
     @property
     def done(self) -> bool:
-        return len(self.outputs) == len(self.spans)
+        return all(cover.done for cover in self.covers)
 
 
 def describe(item: AudioInput, index: int) -> str:
@@ -113,6 +115,7 @@ class OfflineTranscriber:
                                             length_penalty=options.length_penalty)
         self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
+        self.long_form_timestamps = self._serves_timestamps()
         self.planner = None
         detector = options.vad
         capabilities = capabilities_of(type(loaded.model))
@@ -133,36 +136,61 @@ class OfflineTranscriber:
             return fixed_spans(len(samples), self.window)
         return [(w.start, w.end) for w in self.planner.plan([samples])[0]]
 
+    def _serves_timestamps(self) -> bool:
+        """Whether long inputs can be decoded with timestamps, which tell where a window's decode stopped."""
+        if timestamp_begin_of(self.loaded.tokenizer) is None:
+            return False
+        try:
+            self.engine.runner.check(replace(self.decode_options, timestamps=True))
+        except UnsupportedOptionError:
+            return False
+        return True
+
+    def cover_plan(self, num_windows: int) -> CoverPlan:
+        return cover_plan(self.loaded.tokenizer, self.decode_options, self.options.fallback, num_windows=num_windows,
+                          serves_timestamps=self.long_form_timestamps,
+                          condition_on_previous_text=self.options.condition_on_previous_text)
+
     def run(self, inputs: Iterable[AudioInput], on_progress: ProgressCallback = no_progress) -> Iterator[Transcription]:
         """Yields one result per input, in input order; inputs that fail to decode yield a result with ``error``.
-        ``on_progress`` hears of each input's audio when it is decoded and of each window when it finishes."""
+        ``on_progress`` hears of each input's audio when it is decoded and of each window when it is covered."""
         if self.options.long_form == "sequential":
             decoded = ((index, name, samples) for index, name, samples, _ in self._decoded(inputs))
             yield from SequentialTranscriber(self.loaded, self.engine, self.options).run(decoded, on_progress)
             return
         order: deque[_Pending | Transcription] = deque()
-        by_id: dict[str, tuple[_Pending, int]] = {}
+        by_id: dict[str, WindowCover] = {}
+        ids = itertools.count()
+
+        def request(cover: WindowCover) -> tuple[str, np.ndarray, DecodeOptions] | None:
+            piece = cover.next_request()
+            if piece is None:
+                return None
+            request_id = f"{cover.index}/{next(ids)}"
+            by_id[request_id] = cover
+            return request_id, cover.samples[piece.start : piece.end], piece.options
 
         def requests() -> Iterator[tuple[str, np.ndarray, DecodeOptions]]:
             for index, name, samples, spans in self._decoded(inputs):
                 if isinstance(samples, AudioDecodeError):
                     order.append(Transcription(source=name, text="", language=None, duration_s=0.0, error=str(samples)))
                     continue
-                pending = _Pending(name, audio_duration(samples, SAMPLE_RATE), spans)
+                covers = window_covers(self.loaded.tokenizer, spans, samples, self.cover_plan(len(spans)))
+                pending = _Pending(name, audio_duration(samples, SAMPLE_RATE), covers)
                 if self.options.word_timestamps:
                     pending.audio = [samples[start:end] for start, end in spans]
                 order.append(pending)
                 on_progress(len(samples) / SAMPLE_RATE, 0.0)
-                for w, (start, end) in enumerate(spans):
-                    request_id = f"{index}/{w}"
-                    by_id[request_id] = (pending, w)
-                    yield request_id, samples[start:end], self.decode_options
+                yield from filter(None, map(request, covers))
 
         for output in self.engine.run(requests()):
-            pending, w = by_id.pop(output.request_id)
-            pending.outputs[w] = output
-            start, end = pending.spans[w]
-            on_progress(0.0, (end - start) / SAMPLE_RATE)
+            cover = by_id.pop(output.request_id)
+            cover.accept(output)
+            follow_up = request(cover)
+            if follow_up is not None:  # ``run`` keeps stepping while the engine has work, ours included
+                self.engine.add_request(follow_up[1], follow_up[2], request_id=follow_up[0])
+            else:
+                on_progress(0.0, (cover.end - cover.start) / SAMPLE_RATE)
             yield from self._drain(order)
         yield from self._drain(order)
 
@@ -192,11 +220,7 @@ class OfflineTranscriber:
             yield head if isinstance(head, Transcription) else self._finish(head)
 
     def _finish(self, pending: _Pending) -> Transcription:
-        windows = []
-        for i, (start, end) in enumerate(pending.spans):
-            out = pending.outputs[i]
-            windows.append(decoded_span(self.loaded.tokenizer, i, start, end, out.token_ids, out.language,
-                                        avg_logprob=out.avg_logprob, no_speech_prob=out.no_speech_prob))
+        windows = [cover.result() for cover in pending.covers]
         if self.options.word_timestamps:
             windows = self._with_words(windows, pending.audio)
         return assemble(pending.source, pending.duration_s, windows)
