@@ -46,7 +46,7 @@ def transcribe(model, samples: np.ndarray, vad: str | None):
     return next(OfflineTranscriber(model, TranscribeOptions(vad=vad)).run([samples]))
 
 
-def test_vad_windows_lose_no_clip_and_are_no_worse_than_fixed_30s_windows(tiny_en, long_audio) -> None:
+def test_vad_windows_lose_no_clip_and_stay_near_fixed_30s_windows(tiny_en, long_audio) -> None:
     samples, clips, where = long_audio
     assert len(samples) >= MIN_TOTAL_S * 16000
     reference = " ".join(e["text"] for e in clips)
@@ -55,7 +55,9 @@ def test_vad_windows_lose_no_clip_and_are_no_worse_than_fixed_30s_windows(tiny_e
     plain_wer = word_error_rate([reference], [plain.text]).wer
     vad_wer = word_error_rate([reference], [cut.text]).wer
     print(f"WER with VAD windows {vad_wer:.3f}, with fixed 30 s windows {plain_wer:.3f}")
-    assert vad_wer <= plain_wer, (vad_wer, plain_wer)
+    # Fixed windows used to drop speech at their edges, and VAD windows beat them; now a fixed window that stops
+    # short is continued (oasr.transcription.parallel), so they lose nothing either and the two are close.
+    assert vad_wer <= plain_wer + 0.03, (vad_wer, plain_wer)
     assert vad_wer < 0.2
 
     # Windows are at most 30 s, in order, and each clip reaches into one (Common Voice clips carry a second of
