@@ -84,8 +84,10 @@ def test_field_errors_name_the_field_and_say_why(fields, param, says):
     assert says in error.message
 
 
-def test_translation_takes_no_language_or_stream():
-    for field in ("language", "stream", "timestamp_granularities"):
+def test_translation_takes_no_stream_or_granularities():
+    # ``language`` it takes (OASR's extension: models that cannot detect the spoken language, as Canary).
+    assert TranslationParams.model_validate({"model": "m", "language": "de"}).language == "de"
+    for field in ("stream", "timestamp_granularities"):
         with pytest.raises(Exception) as info:
             TranslationParams.model_validate({"model": "m", field: "x"})
         assert validation_error(info.value).message == f"Unrecognized request argument supplied: {field}"

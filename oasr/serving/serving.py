@@ -262,7 +262,6 @@ class OpenAIServingTranscription:
             "temperature": f"{model} decodes greedily only; 'temperature' must be 0.",
             "timestamp_granularities": f"{model} gives no segment timestamps; leave out 'timestamp_granularities'.",
             "beam_size": f"{model} has no beam search; send the request without 'beam_size'.",
-            "language": f"{model} does not serve language {options.language!r}.",
             "target_language": f"{model} cannot write target_language {options.target_language!r}.",
         }.get(refused, str(exc))
         return APIError(400, message, param=refused, code="unsupported_option")
