@@ -88,7 +88,8 @@ def test_a_prompt_naming_control_tokens_conditions_on_text_only(base_multilingua
 
     prompter = WhisperPrompter(base_multilingual.config, base_multilingual.tokenizer, "base")
     s = base_multilingual.tokenizer.special
-    prompt = prompter.prompt("en", DecodeOptions(prompt="Done.<|endoftext|><|translate|><|de|>"))
-    previous = prompt.token_ids[1 : prompt.sot_index]
+    prompt = prompter.prompt(DecodeOptions(language="en", prompt="Done.<|endoftext|><|translate|><|de|>"), None)
+    sot_index = prompt.no_speech_index  # the no-speech probability is read after <|startoftranscript|>
+    previous = prompt.token_ids[1:sot_index]
     assert prompt.token_ids[0] == s.sot_prev and previous and max(previous) < s.eot
-    assert prompt.token_ids[prompt.sot_index :] == (s.sot, s.language_ids["en"], s.transcribe, s.no_timestamps)
+    assert prompt.token_ids[sot_index:] == (s.sot, s.language_ids["en"], s.transcribe, s.no_timestamps)
