@@ -1,6 +1,7 @@
 """CTC greedy decoding: best label per frame, repeats collapsed, blanks dropped; whole batch, one host read.
 
-Model contract (``decode_family = "ctc"``): ``ctc_log_probs(hidden [B, T, D]) -> [B, T, V]`` and ``blank_id``.
+Model contract (architectures listing it in their capabilities): ``ctc_log_probs(hidden [B, T, D]) -> [B, T, V]``
+and ``blank_id``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ its new state only on those rows, then moves each row forward by its advance:
 No step reads a tensor on the host: rows that are done are masked. The loop checks whether every row is done
 once per chunk of steps (one host sync each, normally one or two per batch) and reads the tokens back once.
 
-Model contract (``decode_family`` "transducer" / "tdt"), the predictor state opaque to the loop:
+Model contract (architectures listing these strategies), the predictor state opaque to the loop:
 
 - ``blank_id``, ``vocab_size`` (token logits, blank included, lead the joint's output), ``max_symbols_per_step``;
   TDT adds ``durations`` (frames per duration logit, which follow the token logits);
