@@ -45,7 +45,7 @@ from oasr.engine.runners import RUNNERS
 from oasr.engine.slot_state import SlotState
 from oasr.engine.staging import stager_for
 from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutput
-from oasr.errors import UnsupportedOptionError
+from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.kernels import paged_attention
 from oasr.layers import CachedSelfAttention
 from oasr.models.capabilities import capabilities_of, check_options
@@ -74,7 +74,7 @@ class AutoregressiveRunner:
         self.capabilities = capabilities_of(arch)
         self.spec = self.model.decoder_spec
         if self.spec.cross is None:
-            raise UnsupportedOptionError(f"{loaded.name}: decoder-only models are not served yet")
+            raise OASRError(f"{loaded.name}: decoder-only models are not served yet (no cross-attention)")
         self.prompter = arch.prompt_builder(loaded.config, loaded.tokenizer, loaded.name)
         self.end_token = self.prompter.end_token
         self.max_positions = self.spec.max_positions
