@@ -104,6 +104,10 @@ class _WrappedEngine:
     def supports_word_timestamps(self) -> bool:
         return self._engine.supports_word_timestamps
 
+    @property
+    def capabilities(self):
+        return self._engine.capabilities
+
     async def check(self, options) -> None:
         await self._engine.check(options)
 

@@ -4,6 +4,7 @@ and a 400 naming what the model cannot serve."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 import soundfile as sf
@@ -65,3 +66,33 @@ def test_what_the_model_cannot_serve_is_a_400_naming_it(served, fields, param):
     assert error["code"] == "unsupported_option"
     assert error["param"] == param, error
     assert "serve_canary" not in error["message"]  # the model is named as served, not by its path
+
+
+
+def test_a_long_upload_is_cut_where_offline_cuts_it():
+    """Longer than Canary's 40 s window: the server cuts at the quiet points offline cuts at (the energy detector,
+    for decoders without timestamps), not at the window edge; Whisper's server keeps fixed windows."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from oasr.audio import load_audio
+    from oasr.engine.engine import EngineStats
+    from oasr.models import ARCHITECTURES
+    from oasr.models.capabilities import capabilities_of
+    from oasr.serving.serving import OpenAIServingTranscription
+    from oasr.transcription.offline import SpanPlanner, fixed_spans, long_audio_detector
+
+    jfk = load_audio(Path(oasr.__file__).parent / "assets" / "jfk.flac")  # 11 s of speech
+    gap = np.zeros(32_000, np.float32)
+    audio = np.concatenate([jfk, gap, jfk, gap, jfk, gap, jfk])  # 50 s
+    window = 40 * 16_000
+    for name, detector in (("canary", "energy"), ("whisper", None)):
+        capabilities = capabilities_of(ARCHITECTURES.get(name))
+        assert long_audio_detector(capabilities, None) == detector
+        engine = SimpleNamespace(capabilities=capabilities, window_samples=window, tokenizer=None, alive=True,
+                                 stats=lambda: EngineStats(0, 0, 0, 0, 1))
+        served = OpenAIServingTranscription(engine, ServerSettings(served_model_name=name)).span_planner(audio)
+        assert served == SpanPlanner(detector, window)(audio)
+    quiet = SpanPlanner("energy", window)(audio)
+    assert quiet != fixed_spans(len(audio), window) and all(b - a <= window for a, b in quiet), quiet

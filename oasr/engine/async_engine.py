@@ -25,6 +25,7 @@ from oasr.transcription.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
 from oasr.models.base import AlignmentRow
+from oasr.models.capabilities import ModelCapabilities
 from oasr.types import DecodeOptions, Word
 
 
@@ -88,6 +89,10 @@ class AsyncEngine:
     @property
     def supports_word_timestamps(self) -> bool:
         return supports_word_timestamps(self.loaded)
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self.engine.capabilities
 
     def stats(self) -> EngineStats:
         return self._stats

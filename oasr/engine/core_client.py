@@ -54,6 +54,7 @@ from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput, RequestTimings
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.models.base import AlignmentRow
+from oasr.models.capabilities import ModelCapabilities
 from oasr.types import DecodeOptions, Word
 
 log = logging.getLogger(__name__)
@@ -222,6 +223,10 @@ class EngineCoreClient:
     @property
     def supports_word_timestamps(self) -> bool:
         return self.info.supports_word_timestamps
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        return self.info.capabilities
 
     def stats(self) -> EngineStats:
         return self._stats

@@ -70,7 +70,7 @@ class EngineCore:
         loaded = self.engine.loaded
         self._last_stats = self.engine.stats()
         return EngineInfo(loaded.name, str(loaded.device), self.engine.runner.window_samples, loaded.tokenizer,
-                          self._last_stats, supports_word_timestamps(loaded))
+                          self._last_stats, supports_word_timestamps(loaded), self.engine.capabilities)
 
     def handle(self, message: object, audio: np.ndarray | None = None, client: int = 0) -> bool:
         """Acts on one message from ``client``; returns False for ``StopCore``. Request ids must be unique

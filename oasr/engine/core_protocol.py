@@ -18,6 +18,7 @@ from oasr.engine.config import EngineConfig
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import FinishReason, RequestTimings
 from oasr.models.base import AlignmentRow
+from oasr.models.capabilities import ModelCapabilities
 from oasr.types import DecodeOptions, Word
 
 # Error kinds a request can fail with in the core; the client raises the matching error class.
@@ -50,6 +51,7 @@ class EngineInfo:
     tokenizer: Any  # the model's tokenizer (picklable): the API process turns token ids into text
     stats: EngineStats
     supports_word_timestamps: bool = False  # the core answers ``AlignWords``
+    capabilities: ModelCapabilities | None = None  # the served architecture's record (how the server cuts audio)
 
 
 # ----------------------------------------------------------------------------------- API -> core

@@ -10,7 +10,7 @@ import numpy as np
 
 from oasr.engine.request import RequestOutput
 from oasr.serving.engine_client import EngineClient
-from oasr.transcription.offline import fixed_spans
+from oasr.transcription.offline import Span
 from oasr.transcription.parallel import CoverPlan, WindowCover, window_covers
 from oasr.transcription.results import DecodedWindow
 from oasr.types import DecodeOptions
@@ -37,8 +37,8 @@ class WindowedDecode:
     ``cancel()`` closes every window's output iterator, which aborts its engine request and frees its rows; it
     is safe to call at any time."""
 
-    def __init__(self, engine: EngineClient, audio: np.ndarray, plan: CoverPlan, *, partial: bool) -> None:
-        spans = fixed_spans(len(audio), engine.window_samples)
+    def __init__(self, engine: EngineClient, audio: np.ndarray, spans: list[Span], plan: CoverPlan, *,
+                 partial: bool) -> None:
         self.windows = [audio[start:end] for start, end in spans]
         self.covers = window_covers(engine.tokenizer, spans, audio, plan)
         self._engine = engine

@@ -12,6 +12,7 @@ import numpy as np
 from oasr.engine.engine import EngineStats
 from oasr.engine.request import RequestOutput
 from oasr.models.base import AlignmentRow
+from oasr.models.capabilities import ModelCapabilities
 from oasr.types import DecodeOptions, Word
 
 
@@ -29,6 +30,10 @@ class EngineClient(Protocol):
     @property
     def supports_word_timestamps(self) -> bool:
         """Whether ``align_words`` can answer (the model declares word timestamps)."""
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        """The served architecture's capability record."""
 
     async def check(self, options: DecodeOptions) -> None:
         """Raises ``UnsupportedOptionError`` for options the model cannot serve."""

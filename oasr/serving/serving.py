@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from oasr.audio import audio_duration
 from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
-from oasr.transcription.offline import fixed_spans, to_samples
+from oasr.transcription.offline import Span, SpanPlanner, long_audio_detector, to_samples
 from oasr.engine.request import RequestOutput
 from oasr.transcription.parallel import CoverPlan, cover_plan
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
@@ -86,6 +86,7 @@ class TranscriptionJob:
     audio: np.ndarray
     duration_s: float
     options: DecodeOptions
+    spans: list[Span]  # where the audio is cut into windows, as offline cuts it
     plan: CoverPlan  # how its windows are decoded, as offline decodes them
     ticket: Ticket
     deadline: float  # event-loop time (from admission) after which the request is aborted (504)
@@ -120,6 +121,9 @@ class OpenAIServingTranscription:
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
         self.admission.on_change = self.metrics.in_flight_changed
         self.engine_alive = True  # false once a request found the engine stopped
+        # Offline's cut: fixed windows, or quiet points for decoders without timestamps (the energy detector runs
+        # on numpy-sized work here, beside the upload decoding).
+        self.span_planner = SpanPlanner(long_audio_detector(engine.capabilities, None), engine.window_samples)
 
     @property
     def healthy(self) -> bool:
@@ -186,12 +190,12 @@ class OpenAIServingTranscription:
         if duration_s > self.settings.max_audio_seconds:
             raise APIError(400, f"{source}: the audio is {duration_s:.1f} s long; this server accepts at most "
                            f"{self.settings.max_audio_seconds:g} s.", param="file", code="audio_too_long")
-        return TranscriptionJob(task, params, source, audio, duration_s, options, await self._plan(options, audio),
-                                ticket, deadline)
+        spans = self.span_planner(audio)
+        return TranscriptionJob(task, params, source, audio, duration_s, options, spans,
+                                await self._plan(options, len(spans)), ticket, deadline)
 
-    async def _plan(self, options: DecodeOptions, audio: np.ndarray) -> CoverPlan:
+    async def _plan(self, options: DecodeOptions, num_windows: int) -> CoverPlan:
         """``oasr.transcribe``'s plan for these options: fallback temperatures unless one was asked for."""
-        num_windows = len(fixed_spans(len(audio), self.engine.window_samples))
         serves_timestamps = (num_windows > 1 and timestamp_begin_of(self.tokenizer) is not None
                              and await self._serves(replace(options, timestamps=True)))
         fallback = FallbackOptions(temperatures=(options.temperature,)) if options.temperature else FallbackOptions()
@@ -289,7 +293,7 @@ class OpenAIServingTranscription:
     # ------------------------------------------------------------------------------------ decoding
 
     async def _collect(self, job: TranscriptionJob) -> TranscriptionResult:
-        decode = WindowedDecode(self.engine, job.audio, job.plan, partial=False)
+        decode = WindowedDecode(self.engine, job.audio, job.spans, job.plan, partial=False)
         finals: list[RequestOutput] = []
         try:
             while not decode.done:
@@ -322,7 +326,7 @@ class OpenAIServingTranscription:
     async def _stream(self, job: TranscriptionJob, client_gone: Callable[[], Awaitable[None]]) -> SSEResponse:
         """Waits for the first output before answering, so that a request the engine refuses gets its real
         status (429, 504) rather than a 200 stream carrying an error."""
-        decode = WindowedDecode(self.engine, job.audio, job.plan, partial=True)
+        decode = WindowedDecode(self.engine, job.audio, job.spans, job.plan, partial=True)
         try:
             first = await self._until_done_or_gone(decode.next(job.deadline), client_gone)
         except BaseException:

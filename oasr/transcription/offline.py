@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import torch
 
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
@@ -27,7 +28,7 @@ from oasr.transcription.parallel import CoverPlan, WindowCover, cover_plan, wind
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
 from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
-from oasr.models.capabilities import capabilities_of
+from oasr.models.capabilities import ModelCapabilities, capabilities_of
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
 
@@ -84,6 +85,36 @@ def fixed_spans(num_samples: int, window: int) -> list[Span]:
     return [(start, min(start + window, num_samples)) for start in range(0, num_samples, window)]
 
 
+def long_audio_detector(capabilities: ModelCapabilities, vad: str | None) -> str | None:
+    """The VAD detector that cuts long audio: the one asked for, else the built-in energy detector for decoders
+    without timestamp tokens (they cannot say where a window's speech stops, so a window cut mid-word loses or
+    garbles that word), else none (fixed windows)."""
+    if vad is not None:
+        return vad
+    if capabilities.runner == "autoregressive" and "timestamps" not in capabilities.options:
+        return "energy"
+    return None
+
+
+class SpanPlanner:
+    """Where to cut one input: one window if it fits, else every ``window`` samples, or at the silences a VAD
+    ``detector`` finds (offline and the server cut alike)."""
+
+    def __init__(self, detector: str | None, window: int, device: torch.device | str = "cpu") -> None:
+        self.window = window
+        self.planner = None
+        if detector is not None:
+            from oasr.vad import load_detector
+            from oasr.vad.planner import WindowPlanner
+
+            self.planner = WindowPlanner(load_detector(detector, torch.device(device)), window)
+
+    def __call__(self, samples: np.ndarray) -> list[Span]:
+        if self.planner is None or len(samples) <= self.window:
+            return fixed_spans(len(samples), self.window)
+        return [(w.start, w.end) for w in self.planner.plan([samples])[0]]
+
+
 def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = None) -> EngineConfig:
     """``batch_size`` bounds the windows decoding at once and the windows encoded per step; with beam search
     each window decodes on ``beam_size`` rows."""
@@ -116,25 +147,12 @@ class OfflineTranscriber:
         self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
         self.long_form_timestamps = self._serves_timestamps()
-        self.planner = None
-        detector = options.vad
-        capabilities = capabilities_of(type(loaded.model))
-        if detector is None and capabilities.runner == "autoregressive" and "timestamps" not in capabilities.options:
-            # A decoder without timestamp tokens cannot say where a window's speech stops, so a window cut
-            # mid-word loses or garbles that word: long audio is cut at quiet points instead (the built-in
-            # energy detector; --vad picks another).
-            detector = "energy"
-        if detector is not None:
-            from oasr.vad import load_detector
-            from oasr.vad.planner import WindowPlanner
-
-            self.planner = WindowPlanner(load_detector(detector, loaded.device), self.window)
+        detector = long_audio_detector(capabilities_of(type(loaded.model)), options.vad)
+        self.span_planner = SpanPlanner(detector, self.window, loaded.device)
 
     def spans(self, samples: np.ndarray) -> list[Span]:
-        """Where to cut one input: one window if it fits, else every 30 s, or at VAD silences when enabled."""
-        if self.planner is None or len(samples) <= self.window:
-            return fixed_spans(len(samples), self.window)
-        return [(w.start, w.end) for w in self.planner.plan([samples])[0]]
+        """Where to cut one input (``SpanPlanner``)."""
+        return self.span_planner(samples)
 
     def _serves_timestamps(self) -> bool:
         """Whether long inputs can be decoded with timestamps, which tell where a window's decode stopped."""
