@@ -66,7 +66,7 @@ class AEDBeam(DecodeStrategy):
         ends = tokens == self.eot
         live_so_far = (~ends).cumsum(dim=1)  # live proposals up to and including each one
         live = ~ends & (live_so_far <= k)
-        ended = ends & (live_so_far < k)
+        ended = self.ended(ends, live_so_far, k)
         # A stable sort on "not picked" moves the picked proposals to the front, still best first.
         picked = (~live).to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
         num_beams = logprobs.shape[1]
@@ -79,6 +79,13 @@ class AEDBeam(DecodeStrategy):
             ended_source=source.gather(1, ended_at),
             ended_scores=ended_scores,
         )
+
+
+    @staticmethod
+    def ended(ends: torch.Tensor, live_so_far: torch.Tensor, k: int) -> torch.Tensor:
+        """Which end-of-text proposals end a hypothesis (bool [G, P], proposals best first): openai-whisper's rule,
+        those ranked before the K-th live proposal."""
+        return ends & (live_so_far < k)
 
 
 @dataclass(frozen=True)

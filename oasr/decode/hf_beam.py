@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.aed_beam import AEDBeam, BeamChoice, BeamCandidates, Hypothesis
+from oasr.decode.aed_beam import AEDBeam, BeamCandidates, Hypothesis
 from oasr.types import DecodeOptions
 
 
@@ -38,26 +38,12 @@ class TransformersBeam(AEDBeam):
             raise ValueError("these options decode greedily: no beam_size")
         return TransformersBeamCandidates(options.beam_size, options.length_penalty)
 
-    def select(self, logprobs: torch.Tensor, scores: torch.Tensor, beam_size: int) -> BeamChoice:
-        """As ``AEDBeam.select``; an end-of-text proposal ends a hypothesis only among the first K proposals."""
-        k = beam_size
-        top_logprobs, top_tokens = logprobs.topk(k + 1, dim=-1)  # [G, R, K + 1]
-        proposals = (scores[..., None] + top_logprobs).flatten(1)
-        order = proposals.argsort(dim=1, descending=True, stable=True)
-        ranked = proposals.gather(1, order)
-        tokens = top_tokens.flatten(1).gather(1, order)
-        source = order // (k + 1)
-        ends = tokens == self.eot
-        live = ~ends & ((~ends).cumsum(dim=1) <= k)
+    @staticmethod
+    def ended(ends: torch.Tensor, live_so_far: torch.Tensor, k: int) -> torch.Tensor:
+        """An end-of-text proposal ends a hypothesis only among the first K proposals (transformers' rule); the
+        live beams and the rest of ``AEDBeam.select`` are the same."""
         rank = torch.arange(ends.shape[1], device=ends.device)[None, :]
-        ended = ends & (rank < k)
-        picked = (~live).to(torch.uint8).argsort(dim=1, stable=True)[:, :k]
-        num_beams = logprobs.shape[1]
-        ended_at = (~ended).to(torch.uint8).argsort(dim=1, stable=True)[:, :num_beams]
-        ended_scores = torch.where(ended.gather(1, ended_at), ranked.gather(1, ended_at), float("nan"))
-        return BeamChoice(source=source.gather(1, picked), tokens=tokens.gather(1, picked),
-                          scores=ranked.gather(1, picked), ended_source=source.gather(1, ended_at),
-                          ended_scores=ended_scores)
+        return ends & (rank < k)
 
 
 class TransformersBeamCandidates(BeamCandidates):
