@@ -89,8 +89,21 @@ def run_transformers(model, audio, prompt, *, batch_size, tokens, device, dtype,
     return time.perf_counter() - start, ids
 
 
+def print_profile(run, top: int) -> None:
+    """Runs ``run`` once under torch's profiler; prints the device busy time beside the wall time, then the
+    ``top`` ops by device time (where the wall time the device sat idle went is the host's)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        seconds, _ = run()
+    events = prof.key_averages()
+    busy = sum(e.self_device_time_total for e in events) / 1e6
+    print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
+    print(events.table(sort_by="self_cuda_time_total", row_limit=top, max_name_column_width=60))
+
+
 def main(argv: list[str] | None = None) -> None:
-    from oasr.engine.config import EngineConfig, SchedulerConfig
+    from oasr.engine.config import EngineConfig, RunnerConfig, SchedulerConfig
     from oasr.engine.engine import ASREngine
     from oasr.models.loader import from_pretrained, pick_device, pick_dtype
     from oasr.types import DecodeOptions
@@ -109,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-combined-encode-rows", type=int, default=256)
     parser.add_argument("--min-combined-encode-rows", type=int, default=64)
     parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
+    parser.add_argument("--compile-encoder", action="store_true", help="torch.compile the encoder (CUDA)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="with --skip-peer: also print the N ops that took the most device time")
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
@@ -122,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     engine = ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
         max_num_seqs=args.max_num_seqs, max_encode_rows=args.max_encode_rows,
         max_encoder_frames=args.max_encode_rows * 2001, max_combined_encode_rows=args.max_combined_encode_rows,
-        min_combined_encode_rows=args.min_combined_encode_rows)))
+        min_combined_encode_rows=args.min_combined_encode_rows),
+        runner=RunnerConfig(compile_encoder=args.compile_encoder)))
     prompt = list(engine.runner.prompter.prompt(options, None).token_ids)
     reference = reference.to(device=device, dtype=dtype)
 
@@ -143,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         seconds, _ = run_oasr()
         print(json.dumps({"oasr_seconds": round(seconds, 3), "phases": engine.runner.phase_seconds,
                           "max_combined_encode_rows": args.max_combined_encode_rows}))
+        if args.profile:
+            print_profile(run_oasr, args.profile)
         return
     for batch_size in args.peer_batch_sizes:
         peer(batch_size)

@@ -1,8 +1,9 @@
-"""A free list of KV block ids. Block 0 is reserved as the null block that idle decode rows write into."""
+"""A free list of KV block ids. Block 0 is reserved as the null block that idle decode rows write into.
+
+The list is a stack: a freed block is the next one handed out, so the blocks in use stay among the lowest ids
+and a host cache is resident only as far as the peak load reached (see ``oasr.engine.memory.cache_zeros``)."""
 
 from __future__ import annotations
-
-from collections import deque
 
 NULL_BLOCK = 0
 
@@ -13,7 +14,7 @@ class BlockPool:
             raise ValueError("a block pool needs at least 2 blocks (one is the null block)")
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self._free: deque[int] = deque(range(1, num_blocks))
+        self._free = list(range(num_blocks - 1, 0, -1))  # block 1 on top
 
     @property
     def num_free(self) -> int:
@@ -30,7 +31,7 @@ class BlockPool:
         """``count`` blocks, or None (and nothing taken) when fewer are free."""
         if count > len(self._free):
             return None
-        return [self._free.popleft() for _ in range(count)]
+        return [self._free.pop() for _ in range(count)]
 
     def free(self, block_ids: list[int]) -> None:
-        self._free.extend(block_ids)
+        self._free.extend(reversed(block_ids))

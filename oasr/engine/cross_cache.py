@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from oasr.engine.memory import cache_zeros
 from oasr.engine.step import EncodeRow
 from oasr.kernels import paged_attention
 from oasr.layers.attention import sdpa
@@ -54,8 +55,8 @@ class SlotCrossStore:
         self.device = device
         width = spec.num_kv_heads * spec.head_dim
         shape = (spec.num_layers, num_slots, spec.cross.max_len, width)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+        self.k = cache_zeros(shape, dtype, device)
+        self.v = cache_zeros(shape, dtype, device)
 
     @staticmethod
     def bytes_per_slot(spec: DecoderSpec, dtype: torch.dtype) -> int:
@@ -146,8 +147,9 @@ class PagedCrossStore:
         self.block_size = block_size
         self.device = device
         rows = num_blocks * block_size
-        self.k = torch.zeros(spec.num_layers, rows, spec.num_kv_heads, spec.head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+        shape = (spec.num_layers, rows, spec.num_kv_heads, spec.head_dim)
+        self.k = cache_zeros(shape, dtype, device)
+        self.v = cache_zeros(shape, dtype, device)
         self.max_blocks = -(-spec.cross.max_len // block_size)
         self.table = torch.zeros(num_slots, self.max_blocks, dtype=torch.long, device=device)
         self.lengths = torch.zeros(num_slots, dtype=torch.long, device=device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from oasr.kernels import paged_attention
+from oasr.engine.memory import cache_zeros
 from oasr.layers.attention import sdpa
 from oasr.models.base import DecoderSpec
 
@@ -19,8 +20,9 @@ class PagedKVPool:
         rows = num_blocks * block_size
         self.block_size = block_size
         self.num_blocks = num_blocks
-        self.k = torch.zeros(spec.num_layers, rows, spec.num_kv_heads, spec.head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+        shape = (spec.num_layers, rows, spec.num_kv_heads, spec.head_dim)
+        self.k = cache_zeros(shape, dtype, device)
+        self.v = cache_zeros(shape, dtype, device)
         self.offsets = torch.arange(block_size, device=device)
 
     def rows(self, block_table: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,8 @@ each request's own encoder length. Decoder-only models have no cross-attention s
 
 from __future__ import annotations
 
+import math
+import mmap
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +18,7 @@ from oasr.errors import OASRError
 from oasr.models.base import DecoderSpec
 
 _AUTO_GPU_FRACTION = 0.4
-_AUTO_CPU_BYTES = 1 << 30
+_AUTO_CPU_BYTES = 512 << 20  # a host decodes few rows at a time; more slots would only hold memory
 _CROSS_SHARE = 0.8  # of the budget, at most, for fixed-window cross-attention slots; the rest is the block pool
 _PAGED_CROSS_SHARE = 0.5  # of the budget for cross-attention blocks when requests attend to their own length
 
@@ -29,6 +31,17 @@ class MemoryPlan:
     cross_bytes: int
     pool_bytes: int
     num_cross_blocks: int = 0  # cross-attention blocks (variable-length models), the null block included
+
+
+def cache_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed cache tensor. On the host it lies in an anonymous mapping: the kernel supplies zeroed pages as
+    they are first written, so a pool sized for the budget is resident only as far as requests have used it
+    (with the lowest slots and blocks handed out first, that is the peak load's share)."""
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    count = math.prod(shape)
+    mapping = mmap.mmap(-1, max(count * dtype.itemsize, 1))
+    return torch.frombuffer(mapping, dtype=dtype, count=count).view(shape)
 
 
 def budget_bytes(cache: CacheConfig, device: torch.device) -> int:
