@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-encode-rows", type=int, default=256)
     parser.add_argument("--max-combined-encode-rows", type=int, default=256)
     parser.add_argument("--min-combined-encode-rows", type=int, default=64)
+    # Decode steps between two reads of the tokens: each read empties the device's queue while the host works.
+    parser.add_argument("--decode-steps-per-tick", type=int, default=8)
     parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
     parser.add_argument("--compile-encoder", action="store_true", help="torch.compile the encoder (CUDA)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     engine = ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
         max_num_seqs=args.max_num_seqs, max_encode_rows=args.max_encode_rows,
         max_encoder_frames=args.max_encode_rows * 2001, max_combined_encode_rows=args.max_combined_encode_rows,
-        min_combined_encode_rows=args.min_combined_encode_rows),
+        min_combined_encode_rows=args.min_combined_encode_rows, decode_steps_per_tick=args.decode_steps_per_tick),
         runner=RunnerConfig(compile_encoder=args.compile_encoder)))
     prompt = list(engine.runner.prompter.prompt(options, None).token_ids)
     reference = reference.to(device=device, dtype=dtype)

@@ -291,7 +291,10 @@ def summarize(config: SoakConfig, outcomes: list[Outcome], offline: dict[int, st
                          for o in troubles[:10]],
         "not_sent": config.num_requests - len(outcomes),
         "server": {"peak_rss_mib": round(server.peak_rss_bytes / (1 << 20), 1),
-                   "peak_pss_mib": round(server.peak_pss_bytes / (1 << 20), 1), "restart_s": events.restart_s,
+                   "peak_pss_mib": round(server.peak_pss_bytes / (1 << 20), 1),
+                   "peak_pss_mib_by_process": {role: round(size / (1 << 20), 1)
+                                               for role, size in sorted(server.peak_pss_by_role.items())},
+                   "restart_s": events.restart_s,
                    "unexpected_exits": events.unexpected_exits, "exit_codes": server.exit_codes,
                    "killed_after_sigterm": server.num_killed, "healthy_at_end": healthy_at_end},
         "wall_s": round(wall_s, 1),

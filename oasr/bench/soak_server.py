@@ -43,6 +43,20 @@ class TreeMemory:
 
     rss_bytes: int
     pss_bytes: int
+    pss_by_role: dict[str, int]  # "server" (the process started) and its children by what they run
+
+
+def _role(pid: int, root: int) -> str:
+    if pid == root:
+        return "server"
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "child"
+    text = b" ".join(command).decode(errors="replace")
+    if "resource_tracker" in text:
+        return "resource tracker"
+    return "engine core or worker" if "spawn_main" in text else "child"
 
 
 def _kib_field(path: Path, name: str) -> int:
@@ -55,16 +69,20 @@ def _kib_field(path: Path, name: str) -> int:
 def tree_memory(pid: int) -> TreeMemory:
     """Sums over ``pid`` and its descendants (Linux /proc); zeros once the processes are gone."""
     rss, pss, todo = 0, 0, [pid]
+    by_role: dict[str, int] = {}
     while todo:
         current = todo.pop()
         try:
             rss += _kib_field(Path(f"/proc/{current}/status"), "VmRSS:")
-            pss += _kib_field(Path(f"/proc/{current}/smaps_rollup"), "Pss:")
+            own = _kib_field(Path(f"/proc/{current}/smaps_rollup"), "Pss:")
+            pss += own
+            role = _role(current, pid)
+            by_role[role] = by_role.get(role, 0) + own
             for task in Path(f"/proc/{current}/task").iterdir():
                 todo.extend(int(c) for c in (task / "children").read_text().split())
         except (OSError, ValueError):
             continue
-    return TreeMemory(rss, pss)
+    return TreeMemory(rss, pss, by_role)
 
 
 class SoakServer:
@@ -76,6 +94,7 @@ class SoakServer:
         self.process: subprocess.Popen | None = None
         self.peak_rss_bytes = 0
         self.peak_pss_bytes = 0
+        self.peak_pss_by_role: dict[str, int] = {}  # each role's own peak (not all at one instant)
         self.exit_codes: list[int] = []
         self.num_killed = 0  # stops that SIGTERM did not finish within _STOP_WAIT_S
 
@@ -141,4 +160,6 @@ class SoakServer:
                 memory = tree_memory(self.process.pid)
                 self.peak_rss_bytes = max(self.peak_rss_bytes, memory.rss_bytes)
                 self.peak_pss_bytes = max(self.peak_pss_bytes, memory.pss_bytes)
+                for role, size in memory.pss_by_role.items():
+                    self.peak_pss_by_role[role] = max(self.peak_pss_by_role.get(role, 0), size)
             await asyncio.sleep(interval_s)

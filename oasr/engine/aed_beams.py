@@ -24,6 +24,7 @@ import torch
 
 from oasr.decode.aed_beam import AEDBeam, BeamCandidates, BeamChoice, Hypothesis
 from oasr.engine.step import BeamResult
+from oasr.engine.uploads import upload
 from oasr.types import DecodeOptions
 
 
@@ -90,7 +91,7 @@ class BeamRows:
         for group in groups:
             by_size.setdefault(len(group.slots), []).append(group)
         return BeamTick(
-            tuple((k, tuple(gs), torch.tensor([g.slots for g in gs], device=self.device))
+            tuple((k, tuple(gs), upload(self.device, [g.slots for g in gs])[0].view(len(gs), k))
                   for k, gs in sorted(by_size.items())),
             num_blocks,
         )
@@ -186,9 +187,9 @@ class BeamRows:
         """The staged rows named by (kind, step, slot), in one transfer: tokens by position and the score."""
         if not wanted:
             return {}
-        steps = torch.tensor([step for _, step, _ in wanted], device=self.device)
-        slots = torch.tensor([slot for _, _, slot in wanted], device=self.device)
-        is_live = torch.tensor([kind == "live" for kind, _, _ in wanted], device=self.device)
+        steps, slots, is_live = upload(self.device, [step for _, step, _ in wanted], [slot for _, _, slot in wanted],
+                                       [kind == "live" for kind, _, _ in wanted])
+        is_live = is_live.bool()
         tokens = torch.where(is_live[:, None], self.live_tokens[steps, slots], self.ended_tokens[steps, slots])
         scores = torch.where(is_live, self.live_scores[steps, slots], self.ended_scores[steps, slots])
         host = torch.cat((tokens.double(), scores.double()[:, None]), dim=1).cpu().tolist()

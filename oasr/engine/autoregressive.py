@@ -30,6 +30,7 @@ import logging
 import time
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
@@ -45,6 +46,7 @@ from oasr.engine.runners import RUNNERS
 from oasr.engine.slot_state import SlotState
 from oasr.engine.staging import stager_for
 from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutput
+from oasr.engine.uploads import upload, upload_tensor
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.kernels import paged_attention
 from oasr.layers import CachedSelfAttention
@@ -116,8 +118,9 @@ class AutoregressiveRunner:
         beam_strategy = self.capabilities.beam_strategy
         self.beams = BeamRows(DECODE_STRATEGIES.get(beam_strategy)(self.end_token) if beam_strategy else None,
                               slots, self.max_positions, max_steps, self.device)
-        # While a step runs on the device, waiting requests' audio is copied into pinned memory (CUDA only).
-        self.stager = stager_for(self.device, 2 * config.scheduler.max_encode_rows)
+        # While a step runs on the device, the next encode batch's audio is copied into pinned memory (CUDA only;
+        # pinned memory stays with the process once allocated, so one batch's worth is staged, not more).
+        self.stager = stager_for(self.device, config.scheduler.max_encode_rows)
         self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
         encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
         self.prompts = PromptPass(self, encoder)
@@ -161,7 +164,7 @@ class AutoregressiveRunner:
         for slot in out.released_slots:
             self._table_len[slot] = 0
         if out.released_slots:
-            released = torch.tensor(out.released_slots, device=self.device)
+            (released,) = upload(self.device, out.released_slots)
             self.state.release(released)
             self.cross.release(out.released_slots)
             self.beams.release(out.released_slots)
@@ -194,12 +197,13 @@ class AutoregressiveRunner:
 
     def write_block_tables(self, tables: list[tuple[int, tuple[int, ...]]]) -> None:
         """Copies each (slot, block ids) pair's table to the device in one transfer."""
-        table = torch.zeros(len(tables), self.max_blocks, dtype=torch.long)
+        table = np.zeros((len(tables), self.max_blocks + 1), dtype=np.int64)  # column 0: the slot
         for i, (slot, blocks) in enumerate(tables):
-            table[i, : len(blocks)] = torch.tensor(blocks)
+            table[i, 0] = slot
+            table[i, 1 : 1 + len(blocks)] = blocks
             self._table_len[slot] = len(blocks)
-        slots = torch.tensor([slot for slot, _ in tables], device=self.device)
-        self.state.block_table.index_copy_(0, slots, table.to(self.device))
+        table = upload_tensor(torch.from_numpy(table), self.device)
+        self.state.block_table.index_copy_(0, table[:, 0], table[:, 1:])
 
     def _decode(
         self, rows: tuple[DecodeRow, ...], steps: int
@@ -223,11 +227,12 @@ class AutoregressiveRunner:
         host = torch.stack(
             (self._step_tokens[:steps, :batch].double(), self._step_logprobs[:steps, :batch].double())
         ).cpu()
-        tokens, logprobs = host[0].long(), host[1]
+        # By slot, as Python numbers in one conversion (indexing the tensor per row costs an op per row).
+        tokens, logprobs = host[0].long().T.tolist(), host[1].T.tolist()
         greedy = [row for row in rows if row.request_id not in self.beams.groups]
         return (
-            {row.request_id: tuple(tokens[:, row.slots[0]].tolist()) for row in greedy},
-            {row.request_id: tuple(logprobs[:, row.slots[0]].tolist()) for row in greedy},
+            {row.request_id: tuple(tokens[row.slots[0]]) for row in greedy},
+            {row.request_id: tuple(logprobs[row.slots[0]]) for row in greedy},
             self.beams.collect(tick, steps) if tick is not None else {},
         )
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from oasr.engine.memory import cache_zeros
 from oasr.engine.step import EncodeRow
+from oasr.engine.uploads import upload
 from oasr.kernels import paged_attention
 from oasr.layers.attention import sdpa
 from oasr.models.base import DecoderSpec
@@ -73,8 +75,8 @@ class SlotCrossStore:
     def release(self, slots: Sequence[int]) -> None:
         pass  # a slot's K/V is overwritten by its next request
 
-    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: torch.Tensor) -> SlotCross:
-        """Projects every row's K/V into each slot it holds; returns the batch's K/V as the prompts read it.
+    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]) -> SlotCross:
+        """Projects every row's K/V (all ``max_len`` positions: ``lengths`` is not read) into each slot it holds; returns the batch's K/V as the prompts read it.
         Rows of one slot each in consecutive slots (every batch of a fresh engine, and most in steady state:
         slots are handed out lowest first) are projected straight into the slots; others through a scratch
         buffer and one copy."""
@@ -95,10 +97,9 @@ class SlotCrossStore:
         same audio. Copied as 8-byte words: an index copy runs per element."""
         for beam in range(max(len(row.slots) for row in rows)):
             have = [i for i, row in enumerate(rows) if len(row.slots) > beam]
-            slots = torch.tensor([rows[i].slots[beam] for i in have], device=self.device)
+            slots, index = upload(self.device, [rows[i].slots[beam] for i in have], have)
             kb, vb = k, v
             if len(have) < len(rows):
-                index = torch.tensor(have, device=self.device)
                 kb, vb = k.index_select(1, index), v.index_select(1, index)
             _as_words(self.k).index_copy_(1, slots, _as_words(kb))
             _as_words(self.v).index_copy_(1, slots, _as_words(vb))
@@ -165,33 +166,38 @@ class PagedCrossStore:
         return PagedCross(self.k, self.v, table, lengths, self.block_size)
 
     def release(self, slots: Sequence[int]) -> None:
-        index = torch.tensor(list(slots), device=self.device)
+        (index,) = upload(self.device, list(slots))
         self.table.index_fill_(0, index, 0)
         self.lengths.index_fill_(0, index, 0)
 
-    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: torch.Tensor) -> PagedCross:
-        """Projects the batch's K/V ([B, S] positions, ``lengths`` valid per row) and stores each row's valid
-        positions in its blocks; every slot of a row points at them. Returns the rows' first slots' view."""
+    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]) -> PagedCross:
+        """Projects the K/V of each row's first ``lengths[i]`` positions (``hidden``: [B, S, E]) and stores them in
+        the row's blocks; every slot of a row points at them. Returns the rows' first slots' view.
+
+        The indices are built on the host from the scheduler's block ids and the requests' known lengths, and go
+        up in one asynchronous copy, so the walk never waits for the encoder; only real positions are projected."""
         b, s = hidden.shape[:2]
-        width = self.spec.num_kv_heads * self.spec.head_dim
-        k = torch.empty((self.spec.num_layers, b, s, width), dtype=self.k.dtype, device=self.device)
+        spec, size = self.spec, self.block_size
+        sources, targets = [], []
+        table = np.zeros((b, self.max_blocks), dtype=np.int64)
+        for i, (row, n) in enumerate(zip(rows, lengths, strict=True)):
+            positions = np.arange(n)
+            blocks = np.asarray(row.cross_block_ids, dtype=np.int64)
+            table[i, : len(blocks)] = blocks
+            sources.append(i * s + positions)
+            targets.append(blocks[positions // size] * size + positions % size)
+        slots = [slot for row in rows for slot in row.slots]
+        owner = [i for i, row in enumerate(rows) for _ in row.slots]
+        source, target, flat_table, lengths_, slots_, owner_ = upload(
+            self.device, np.concatenate(sources), np.concatenate(targets), table, lengths, slots, owner)
+        table_ = flat_table.view(b, self.max_blocks)
+        packed = hidden.flatten(0, 1).index_select(0, source)[None]  # [1, N, E]: the real positions
+        width = spec.num_kv_heads * spec.head_dim
+        k = torch.empty((spec.num_layers, 1, packed.shape[1], width), dtype=self.k.dtype, device=self.device)
         v = torch.empty_like(k)
-        model.cross_kv_into(hidden, k, v)
-        table = torch.zeros(len(rows), self.max_blocks, dtype=torch.long)
-        for i, row in enumerate(rows):
-            table[i, : len(row.cross_block_ids)] = torch.tensor(row.cross_block_ids, dtype=torch.long)
-        table = table.to(self.device)
-        lengths = lengths.to(self.device)
-        positions = torch.arange(s, device=self.device)
-        valid = positions[None, :] < lengths[:, None]  # [B, S]
-        pool_rows = table.gather(1, (positions // self.block_size).clamp(max=self.max_blocks - 1)[None].expand(b, -1))
-        pool_rows = pool_rows * self.block_size + positions % self.block_size
-        flat_rows = pool_rows[valid]
+        model.cross_kv_into(packed, k, v)
         for store, new in ((self.k, k), (self.v, v)):
-            picked = new.unflatten(-1, (self.spec.num_kv_heads, self.spec.head_dim))[:, valid]  # [L, N, H, D]
-            store.index_copy_(1, flat_rows, picked)
-        slots = torch.tensor([slot for row in rows for slot in row.slots], device=self.device)
-        owner = torch.tensor([i for i, row in enumerate(rows) for _ in row.slots], device=self.device)
-        self.table.index_copy_(0, slots, table[owner])
-        self.lengths.index_copy_(0, slots, lengths[owner])
-        return PagedCross(self.k, self.v, table, lengths, self.block_size)
+            store.index_copy_(1, target, new.view(spec.num_layers, -1, spec.num_kv_heads, spec.head_dim))
+        self.table.index_copy_(0, slots_, table_[owner_])
+        self.lengths.index_copy_(0, slots_, lengths_[owner_])
+        return PagedCross(self.k, self.v, table_, lengths_, self.block_size)

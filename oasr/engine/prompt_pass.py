@@ -19,6 +19,7 @@ from oasr.engine.aed_beams import BeamTick
 from oasr.engine.kv_cache import paged_context
 from oasr.engine.request import Request
 from oasr.engine.step import BeamResult, EncodeResult, EncodeRow
+from oasr.engine.uploads import upload, upload_tensor
 from oasr.layers.cache import CrossAttentionCache
 from oasr.models.base import Prompt
 
@@ -39,10 +40,10 @@ class PromptPass:
         if r._compiled_encoder:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
         encoded = self.encoder(features, lengths)
-        cross = r.cross.write(r.model, rows, encoded.hidden, encoded.lengths)
+        cross = r.cross.write(r.model, rows, encoded.hidden, [q.num_cross_positions for q in batch])
         r.write_block_tables([(slot, blocks) for row in rows
                               for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
-        slots = torch.tensor([row.slots[0] for row in rows], device=r.device)
+        (slots,) = upload(r.device, [row.slots[0] for row in rows])
         detected = self._detect(batch, slots, cross)
         prompts = [r.prompter.prompt(q.options, d) for q, d in zip(batch, detected, strict=True)]
         languages = [r.prompter.language(q.options, d) for q, d in zip(batch, detected, strict=True)]
@@ -85,13 +86,14 @@ class PromptPass:
         for i in wanted:
             by_tokens.setdefault((detections[i].token_ids, detections[i].candidates), []).append(i)
         for (token_ids, candidates), members in by_tokens.items():
-            tokens = torch.tensor(token_ids, device=r.device).expand(len(batch), -1)
+            tokens, choices = upload(r.device, token_ids, candidates)
+            tokens = tokens.expand(len(batch), -1)
             positions = torch.arange(len(token_ids), device=r.device).expand(len(batch), -1)
             table = r.state.block_table[slots, : -(-len(token_ids) // r.pool.block_size)]
             context = paged_context(r.pool, table, positions)
             hidden = r.model.decode_hidden(tokens, positions, context, cross)
             logits = r.model.logits(hidden[members, -1])
-            best = logits[:, torch.tensor(candidates, device=r.device)].argmax(dim=-1).tolist()
+            best = logits[:, choices].argmax(dim=-1).tolist()  # the prompts depend on it: read at once
             for i, choice in zip(members, best, strict=True):
                 found[i] = detections[i].names[choice]
         return found
@@ -107,13 +109,12 @@ class PromptPass:
         tokens = torch.full((len(prompts), longest), r.end_token, dtype=torch.long)
         for i, p in enumerate(prompts):
             tokens[i, : lengths[i]] = torch.tensor(p.token_ids)
-        tokens = tokens.to(r.device)
+        tokens = upload_tensor(tokens, r.device)
         positions = torch.arange(longest, device=r.device).expand(len(prompts), -1)
         table = r.state.block_table[slots, : -(-longest // r.pool.block_size)]
         hidden = r.model.decode_hidden(tokens, positions, paged_context(r.pool, table, positions), cross)
         rows = torch.arange(len(prompts), device=r.device)
-        last = torch.tensor(lengths, device=r.device) - 1
-        at = torch.tensor([p.no_speech_index or 0 for p in prompts], device=r.device)
+        last, at = upload(r.device, [n - 1 for n in lengths], [p.no_speech_index or 0 for p in prompts])
         logits = r.model.logits(torch.stack((hidden[rows, last], hidden[rows, at]), dim=1))
         if r.prompter.no_speech_token is None:
             return logits[:, 0], torch.zeros(len(prompts), device=r.device)
@@ -126,10 +127,13 @@ class PromptPass:
         r = self.runner
         device = r.device
         options = [q.options for q in batch]
-        prompt_lens = torch.tensor([len(p.token_ids) for p in prompts], device=device)
-        eot_from = prompt_lens - 1 + torch.tensor([o.min_new_tokens for o in options], device=device)
-        timestamps = torch.tensor([o.timestamps for o in options], device=device)
-        temperature = torch.tensor([o.temperature for o in options], dtype=torch.float32, device=device)
+        prompt_lens, min_new, timestamps, owner, slots = upload(
+            device, [len(p.token_ids) for p in prompts], [o.min_new_tokens for o in options],
+            [o.timestamps for o in options], [i for i, row in enumerate(rows) for _ in row.slots],
+            [slot for row in rows for slot in row.slots])
+        (temperature,) = upload(device, [o.temperature for o in options], dtype=torch.float32)
+        eot_from = prompt_lens - 1 + min_new
+        timestamps = timestamps.bool()
         nothing = torch.zeros(len(rows), dtype=torch.long, device=device)  # no history: nothing sampled yet
         state = AEDRowState(
             eot_allowed=eot_from <= prompt_lens - 1,
@@ -140,8 +144,6 @@ class PromptPass:
         filtered = r.strategy.filter(logits, state, first=True)
         first, logprobs = r.strategy.choose(filtered, state, sampling=any(o.temperature > 0 for o in options))
         # Every slot of a row starts from the row's prompt; beam rows then take their search's first tokens.
-        owner = torch.tensor([i for i, row in enumerate(rows) for _ in row.slots], device=device)
-        slots = torch.tensor([slot for row in rows for slot in row.slots], device=device)
         r.state.start(slots, owner, first, prompt_lens, eot_from, timestamps, temperature)
         for row, o in zip(rows, options, strict=True):
             r.flag_slots(row.slots, o)
@@ -158,8 +160,8 @@ class PromptPass:
         groups = [r.beams.open(rows[i].request_id, rows[i].slots, len(prompts[i].token_ids),
                                batch[i].max_new_tokens, batch[i].options) for i in searching.values()]
         tick = r.beams.tick(groups, max(len(rows[i].block_ids[0]) for i in searching.values()))
-        order = torch.tensor([searching[g.request_id] for g in tick.groups], device=r.device)
-        prompt_lens = torch.tensor([g.prompt_len for g in tick.groups], device=r.device)
+        order, prompt_lens = upload(r.device, [searching[g.request_id] for g in tick.groups],
+                                    [g.prompt_len for g in tick.groups])
         sources, targets, tokens = r.beams.first_step(tick, torch.log_softmax(filtered[order], dim=-1), prompt_lens)
         r.state.set_first_beams(targets, tokens)
         r.copy_kv(sources, targets, tick.num_blocks)

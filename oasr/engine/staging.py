@@ -21,8 +21,8 @@ from oasr.engine.request import Request, RequestStatus
 
 log = logging.getLogger(__name__)
 
-# Pinned host memory a stager may hold for waiting requests' audio (2 GiB is over half an hour of audio).
-STAGED_BYTES = 2 << 30
+# Pinned host memory a stager may hold for waiting requests' audio (512 MiB is over two hours of audio).
+STAGED_BYTES = 512 << 20
 
 
 def _pinned(audio: np.ndarray) -> torch.Tensor:

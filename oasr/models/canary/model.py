@@ -98,7 +98,7 @@ class CanaryForConditionalGeneration(nn.Module):
 
     def encoder_frames(self, num_feature_frames: int) -> int:
         """Encoder positions of ``num_feature_frames`` feature frames (the subsampling's arithmetic)."""
-        return int(self.model.encoder.output_lengths(torch.tensor([num_feature_frames]))[0])
+        return int(self.model.encoder.output_lengths(num_feature_frames))  # plain ints: no tensor per request
 
     @property
     def decoder_dims(self) -> DecoderDims:

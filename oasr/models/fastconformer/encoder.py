@@ -252,8 +252,8 @@ class FastConformerEncoder(nn.Module):
         self.subsampling = ConvSubsampling(config)
         self.layers = nn.ModuleList(ConformerBlock(config) for _ in range(config.num_hidden_layers))
 
-    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
-        """Feature frames [B] -> encoder frames [B]."""
+    def output_lengths(self, lengths: torch.Tensor | int) -> torch.Tensor | int:
+        """Feature frames [B] -> encoder frames [B] (or an int -> an int)."""
         for _ in range(self.config.num_subsampling_layers):
             lengths = self.subsampling.strided_length(lengths)
         return lengths
