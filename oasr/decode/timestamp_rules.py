@@ -13,9 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-CHUNK_SECONDS = 30.0
-NUM_AUDIO_POSITIONS = 1500  # encoder positions per window
-SECONDS_PER_TIMESTAMP = CHUNK_SECONDS / NUM_AUDIO_POSITIONS  # 0.02 s
+from oasr.decode.timestamp_grid import CHUNK_SECONDS, NUM_AUDIO_POSITIONS, SECONDS_PER_TIMESTAMP  # noqa: F401
 MAX_INITIAL_TIMESTAMP_S = 1.0  # a window's first segment starts within its first second
 
 

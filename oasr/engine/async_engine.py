@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasr.engine.config import EngineConfig
-from oasr.engine.engine import ASREngine, EngineStats
+from oasr.engine.engine import ASREngine
+from oasr.engine.relay import EngineDeadError, EngineOverloadedError, relay, settle
+from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput
 from oasr.transcription.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError
@@ -27,26 +29,6 @@ from oasr.models.loader import LoadedModel
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities
 from oasr.types import DecodeOptions, Word
-
-
-async def relay(outputs: asyncio.Queue) -> AsyncIterator[RequestOutput]:
-    """A request's outputs as the engine queues them, up to and including the finished one; an exception the
-    engine queued instead is raised."""
-    while True:
-        item = await outputs.get()
-        if isinstance(item, BaseException):
-            raise item
-        yield item
-        if item.finished:
-            return
-
-
-class EngineOverloadedError(OASRError):
-    """The waiting queue is full: the caller should retry later."""
-
-
-class EngineDeadError(OASRError):
-    """The engine loop stopped after an internal error; no request can be served."""
 
 
 @dataclass
@@ -198,14 +180,3 @@ class AsyncEngine:
             if message[0] == "align":
                 _, _, _, loop, future = message
                 loop.call_soon_threadsafe(settle, future, error)
-
-
-def settle(future: asyncio.Future, value: object) -> None:
-    """Completes ``future`` with ``value``, raised if it is an exception; one already done (its caller gave up:
-    timed out, client gone) is left alone. Called on the future's event loop."""
-    if future.done():
-        return
-    if isinstance(value, BaseException):
-        future.set_exception(value)
-    else:
-        future.set_result(value)

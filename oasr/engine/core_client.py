@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError, relay, settle
 from oasr.engine.core_process import run_engine_core
 from oasr.engine.core_protocol import (
     UNSUPPORTED_OPTION,
@@ -50,7 +49,8 @@ from oasr.engine.core_protocol import (
     dumps,
     loads,
 )
-from oasr.engine.engine import EngineStats
+from oasr.engine.relay import EngineDeadError, EngineOverloadedError, relay, settle
+from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput, RequestTimings
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.models.base import AlignmentRow

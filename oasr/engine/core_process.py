@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zmq
@@ -43,10 +44,12 @@ from oasr.engine.core_protocol import (
     dumps,
     loads,
 )
-from oasr.engine.engine import ASREngine, EngineStats
 from oasr.engine.request import RequestOutput
-from oasr.transcription.words import align_windows, supports_word_timestamps
+from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError, UnsupportedOptionError
+
+if TYPE_CHECKING:
+    from oasr.engine.engine import ASREngine
 
 log = logging.getLogger(__name__)
 IDLE_POLL_MS = 500  # an idle core wakes this often to see whether the API process is still there
@@ -67,6 +70,8 @@ class EngineCore:
         self._last_stats: EngineStats | None = None
 
     def info(self) -> EngineInfo:
+        from oasr.transcription.words import supports_word_timestamps
+
         loaded = self.engine.loaded
         self._last_stats = self.engine.stats()
         return EngineInfo(loaded.name, str(loaded.device), self.engine.runner.window_samples, loaded.tokenizer,
@@ -114,6 +119,8 @@ class EngineCore:
         """Answers one ``AlignWords``. It fails alone: a request's words are not worth the core's life."""
         if audio is None or len(audio) != sum(message.num_samples):
             raise TypeError("AlignWords without its audio frame, or with a frame of another length")
+        from oasr.transcription.words import align_windows
+
         windows = np.split(audio, np.cumsum(message.num_samples)[:-1])
         try:
             words = align_windows(self.engine.loaded, message.rows, windows)
@@ -224,6 +231,7 @@ def run_engine_core(spec: EngineCoreSpec, channels: tuple[tuple[str, str], ...])
 def _build_engine(spec: EngineCoreSpec) -> ASREngine:
     import torch
 
+    from oasr.engine.engine import ASREngine
     from oasr.models.loader import from_pretrained
 
     if spec.cpu_threads is not None:

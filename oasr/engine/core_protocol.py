@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oasr.engine.config import EngineConfig
-from oasr.engine.engine import EngineStats
+from oasr.engine.stats import EngineStats
 from oasr.engine.request import FinishReason, RequestTimings
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities

@@ -14,6 +14,7 @@ from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request, RequestOutput
 from oasr.engine.runners import RUNNERS
 from oasr.engine.scheduler import Scheduler
+from oasr.engine.stats import EngineStats
 from oasr.engine.step import PendingStep, SchedulerOutput
 from oasr.errors import OASRError
 from oasr.models.capabilities import capabilities_of
@@ -23,15 +24,6 @@ from oasr.types import DecodeOptions
 _LENGTH_LOOKAHEAD_BATCHES = 4  # offline feeding reads this many encode batches ahead to group similar lengths
 
 
-@dataclass(frozen=True)
-class EngineStats:
-    num_waiting: int
-    num_running: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    num_slots: int
-    encode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's encode walk, since start
-    decode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's decode walk, since start
 
 
 class ASREngine:

@@ -40,7 +40,10 @@ def cache_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     if device.type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
     count = math.prod(shape)
-    mapping = mmap.mmap(-1, max(count * dtype.itemsize, 1))
+    # Private: a page read before it is written maps the kernel's shared zero page and costs nothing (a shared
+    # mapping would allocate it).
+    mapping = mmap.mmap(-1, max(count * dtype.itemsize, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
     return torch.frombuffer(mapping, dtype=dtype, count=count).view(shape)
 
 

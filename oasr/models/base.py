@@ -24,9 +24,10 @@ What each runner kind calls:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # annotations only: the server's API processes read these types without torch
+    import torch
 
 from oasr.types import DecodeOptions, Task
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from oasr.engine.request import RequestOutput
 from oasr.serving.engine_client import EngineClient
-from oasr.transcription.offline import Span
+from oasr.transcription.spans import Span
 from oasr.transcription.parallel import CoverPlan, WindowCover, window_covers
 from oasr.transcription.results import DecodedWindow
 from oasr.types import DecodeOptions

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from oasr.engine.engine import EngineStats
+from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities

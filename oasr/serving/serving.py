@@ -39,8 +39,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from oasr.audio import audio_duration
-from oasr.engine.async_engine import EngineDeadError, EngineOverloadedError
-from oasr.transcription.offline import Span, SpanPlanner, long_audio_detector, to_samples
+from oasr.engine.relay import EngineDeadError, EngineOverloadedError
+from oasr.transcription.spans import Span, SpanPlanner, long_audio_detector, to_samples
 from oasr.engine.request import RequestOutput
 from oasr.transcription.parallel import CoverPlan, cover_plan
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words

@@ -19,7 +19,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import torch
 
 from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
@@ -30,9 +29,10 @@ from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
 from oasr.models.capabilities import ModelCapabilities, capabilities_of
 from oasr.models.loader import LoadedModel
+from oasr.transcription.spans import (  # noqa: F401 (Span and to_samples: offline's names too)
+    AudioInput, Span, SpanPlanner, describe, fixed_spans, long_audio_detector, split_windows, to_samples)
 from oasr.types import DecodeOptions, Transcription, TranscribeOptions
 
-AudioInput = str | os.PathLike | bytes | np.ndarray
 _DECODE_THREADS = 4
 _DECODE_LOOKAHEAD = 64
 
@@ -45,9 +45,6 @@ def no_progress(found_s: float, done_s: float) -> None:
     """The ``ProgressCallback`` that reports nowhere."""
 
 
-Span = tuple[int, int]  # samples [start, end) of one input decoded as one request
-
-
 @dataclass
 class _Pending:
     source: str
@@ -58,61 +55,6 @@ class _Pending:
     @property
     def done(self) -> bool:
         return all(cover.done for cover in self.covers)
-
-
-def describe(item: AudioInput, index: int) -> str:
-    if isinstance(item, (str, os.PathLike)):
-        return str(item)
-    return f"<input {index}>"
-
-
-def to_samples(item: AudioInput, name: str, max_seconds: float | None = None) -> np.ndarray:
-    """``item`` as 16 kHz mono float32; a file or bytes longer than ``max_seconds`` (None: no limit) is refused
-    while decoding (``AudioTooLongError``), before it is decoded whole."""
-    if isinstance(item, np.ndarray):
-        samples = np.asarray(item, dtype=np.float32).reshape(-1)
-        if samples.size == 0:
-            raise AudioDecodeError(name, "zero samples")
-        return samples
-    return load_audio(item, name=name, max_seconds=max_seconds)
-
-
-def split_windows(samples: np.ndarray, window: int) -> list[np.ndarray]:
-    return [samples[start : start + window] for start in range(0, len(samples), window)]
-
-
-def fixed_spans(num_samples: int, window: int) -> list[Span]:
-    return [(start, min(start + window, num_samples)) for start in range(0, num_samples, window)]
-
-
-def long_audio_detector(capabilities: ModelCapabilities, vad: str | None) -> str | None:
-    """The VAD detector that cuts long audio: the one asked for, else the built-in energy detector for decoders
-    without timestamp tokens (they cannot say where a window's speech stops, so a window cut mid-word loses or
-    garbles that word), else none (fixed windows)."""
-    if vad is not None:
-        return vad
-    if capabilities.runner == "autoregressive" and "timestamps" not in capabilities.options:
-        return "energy"
-    return None
-
-
-class SpanPlanner:
-    """Where to cut one input: one window if it fits, else every ``window`` samples, or at the silences a VAD
-    ``detector`` finds (offline and the server cut alike)."""
-
-    def __init__(self, detector: str | None, window: int, device: torch.device | str = "cpu") -> None:
-        self.window = window
-        self.planner = None
-        if detector is not None:
-            from oasr.vad import load_detector
-            from oasr.vad.planner import WindowPlanner
-
-            self.planner = WindowPlanner(load_detector(detector, torch.device(device)), window)
-
-    def __call__(self, samples: np.ndarray) -> list[Span]:
-        if self.planner is None or len(samples) <= self.window:
-            return fixed_spans(len(samples), self.window)
-        return [(w.start, w.end) for w in self.planner.plan([samples])[0]]
 
 
 def engine_config_for(options: TranscribeOptions, base: EngineConfig | None = None) -> EngineConfig:

@@ -40,7 +40,7 @@ from oasr.audio import SAMPLE_RATE
 from oasr.engine.request import FinishReason, RequestOutput
 from oasr.transcription.results import DecodedWindow, segment_of, timestamp_begin_of, window_spans
 from oasr.transcription.segments import HOP_SAMPLES, TokenSpan, compression_ratio, split_window
-from oasr.transcription.sequential import HIGH_TEMPERATURE, is_silence, needs_fallback
+from oasr.transcription.fallback import HIGH_TEMPERATURE, is_silence, needs_fallback
 from oasr.types import DecodeOptions, FallbackOptions, Segment
 
 SILENT_AMPLITUDE = 1 / 32768  # one step of 16-bit PCM: quieter audio holds no recorded sound

@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from oasr.decode.timestamp_rules import SECONDS_PER_TIMESTAMP
+from oasr.decode.timestamp_grid import SECONDS_PER_TIMESTAMP
 
 HOP_SAMPLES = 160  # feature frames are 10 ms
 FRAMES_PER_TIMESTAMP = 2  # 3000 frames per window / 1500 timestamp positions

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from oasr.audio import SAMPLE_RATE, audio_duration
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import RequestOutput
+from oasr.transcription.fallback import HIGH_TEMPERATURE, is_silence, needs_fallback  # noqa: F401 (re-exported)
 from oasr.transcription.results import segment_of
 from oasr.transcription.segments import (
     FRAMES_PER_SECOND,
@@ -51,9 +52,6 @@ from oasr.types import (
     Transcription,
 )
 
-HIGH_TEMPERATURE = 0.5  # text decoded above this is not fed to the next window as a prompt
-
-
 @dataclass(frozen=True)
 class WindowRequest:
     audio: np.ndarray
@@ -71,22 +69,6 @@ class UnalignedWindow:
     advance: int  # frames the cursor moves without word timings
     single_ending: bool  # the window ended on a lone timestamp: it is consumed whole whatever its words say
     temperature: float
-
-
-def needs_fallback(fallback: FallbackOptions, ratio: float, avg_logprob: float, no_speech_prob: float) -> bool:
-    """openai-whisper's test of a decoded window: too repetitive, or too improbable unless it is silence."""
-    too_repetitive = fallback.compression_ratio_threshold is not None and ratio > fallback.compression_ratio_threshold
-    improbable = fallback.logprob_threshold is not None and avg_logprob < fallback.logprob_threshold
-    # Improbable text where <|nospeech|> is likely is silence, not a failure: no retry, whatever its text.
-    silent = improbable and fallback.no_speech_threshold is not None and no_speech_prob > fallback.no_speech_threshold
-    return (too_repetitive or improbable) and not silent
-
-
-def is_silence(fallback: FallbackOptions, avg_logprob: float, no_speech_prob: float) -> bool:
-    """<|nospeech|> is likely and the text is not confident enough to overrule it."""
-    if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
-        return False
-    return fallback.logprob_threshold is None or avg_logprob <= fallback.logprob_threshold
 
 
 class LongFormCursor:

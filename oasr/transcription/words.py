@@ -10,15 +10,18 @@ the same in parallel long-form mode, so the server's words equal offline ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from oasr.errors import UnsupportedOptionError
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import capabilities_of
-from oasr.models.loader import LoadedModel
 from oasr.transcription.results import DecodedWindow
 from oasr.types import Task, Word
+
+if TYPE_CHECKING:
+    from oasr.models.loader import LoadedModel
 
 HOP_LENGTH = 160  # samples per feature frame (10 ms at 16 kHz)
 
