@@ -35,7 +35,7 @@ from oasr.serving.settings import LOOPBACK_HOSTS, ServerSettings
 from oasr.serving.verbose import verbose_segments
 from oasr.transcription.results import decoded_window
 from oasr.types import DecodeOptions
-from serving_harness import WAIT_S, running_server, small_engine, wait_until, wav_bytes
+from serving_harness import WAIT_S, SlowEngine, running_server, small_engine, wait_until, wav_bytes
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 SLOW_PEER = "127.0.0.2"  # the slow or greedy client
@@ -177,6 +177,25 @@ def served(app, settings: ServerSettings) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+def test_a_request_cut_by_shutdown_gets_503_with_retry_after_and_its_decode_is_aborted(engine, short_wav):
+    slow = SlowEngine(engine)  # 400 tokens a window: still decoding when the 2 s graceful period ends
+    settings = ServerSettings(served_model_name="tiny.en")
+    answers: list[httpx.Response] = []
+    with ExitStack() as stack:
+        url = stack.enter_context(served(build_app(slow, settings), settings))
+        with httpx.Client(timeout=WAIT_S) as http:
+            sender = threading.Thread(target=lambda: answers.append(post_audio(http, url, short_wav)), daemon=True)
+            sender.start()
+            wait_until(lambda: engine.stats().num_running > 0, "the request to decode")
+            stack.close()  # the server shuts down with the request in flight
+            sender.join(timeout=WAIT_S)
+    assert len(answers) == 1, "the request got no answer"
+    assert answers[0].status_code == 503 and answers[0].headers.get("retry-after") == "1", answers[0].text
+    assert answers[0].json()["error"]["code"] == "shutting_down"
+    wait_until(lambda: slow.num_closed_early == 1, "the engine request to be aborted")
+    assert slow.num_finished == 0
 
 
 HEADS = {

@@ -39,7 +39,8 @@ class CacheConfig:
     block_size: int = 16  # token positions per block
     cross_block_size: int = 32  # encoder positions per cross-attention block (models attending to their own length)
     num_blocks: int | None = None  # explicit pool size; else derived from memory_budget_bytes
-    # Self-attention pool + cross-attention slots, at most. None: 40% of free GPU memory, or 512 MiB on CPU.
+    # Self-attention pool + cross-attention slots, at most. None: 40% of free GPU memory, or on CPU room for 8
+    # requests of the model's longest length (oasr.engine.memory).
     memory_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:

@@ -18,7 +18,9 @@ from oasr.errors import OASRError
 from oasr.models.base import DecoderSpec
 
 _AUTO_GPU_FRACTION = 0.4
-_AUTO_CPU_BYTES = 512 << 20  # a host decodes few rows at a time; more slots would only hold memory
+# On a host the default budget holds this many full-length requests (cross and self-attention both): a CPU
+# decodes few rows at a time, and more slots would only hold memory.
+_HOST_REQUESTS = 8
 _CROSS_SHARE = 0.8  # of the budget, at most, for fixed-window cross-attention slots; the rest is the block pool
 _PAGED_CROSS_SHARE = 0.5  # of the budget for cross-attention blocks when requests attend to their own length
 
@@ -47,13 +49,21 @@ def cache_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     return torch.frombuffer(mapping, dtype=dtype, count=count).view(shape)
 
 
-def budget_bytes(cache: CacheConfig, device: torch.device) -> int:
+def budget_bytes(cache: CacheConfig, device: torch.device, spec: DecoderSpec, dtype: torch.dtype) -> int:
+    """The configured budget; else 40% of the GPU's free memory, or on a host room for ``_HOST_REQUESTS``
+    requests of the model's longest length (whatever the model's size)."""
     if cache.memory_budget_bytes is not None:
         return cache.memory_budget_bytes
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * _AUTO_GPU_FRACTION)
-    return _AUTO_CPU_BYTES
+    per_request = -(-spec.max_positions // cache.block_size) * spec.self_bytes_per_block(cache.block_size, dtype)
+    share = 1.0
+    if spec.cross is not None:
+        per_request += _cross_bytes(spec, spec.cross.max_len, dtype)
+        share = _CROSS_SHARE if spec.cross.fixed else _PAGED_CROSS_SHARE
+    # The null blocks and the cross-attention share's rounding: a little over, never under.
+    return int(_HOST_REQUESTS * per_request / share) + 2 * per_request
 
 
 def _cross_bytes(spec: DecoderSpec, positions: int, dtype: torch.dtype) -> int:
@@ -62,7 +72,7 @@ def _cross_bytes(spec: DecoderSpec, positions: int, dtype: torch.dtype) -> int:
 
 def plan_memory(spec: DecoderSpec, cache: CacheConfig, *, max_num_seqs: int, dtype: torch.dtype,
                 device: torch.device) -> MemoryPlan:
-    budget = budget_bytes(cache, device)
+    budget = budget_bytes(cache, device, spec, dtype)
     per_block = spec.self_bytes_per_block(cache.block_size, dtype)
     full_sequence_blocks = -(-spec.max_positions // cache.block_size)
     slots, cross_bytes, num_cross_blocks = max_num_seqs, 0, 0

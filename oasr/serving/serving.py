@@ -148,6 +148,11 @@ class OpenAIServingTranscription:
             return response
         except ClientGone:
             return Response(status_code=499)  # nobody is listening; the status is for the metrics
+        except asyncio.CancelledError:
+            # Only a server shutting down cancels a request's task (its graceful period ran out: uvicorn would
+            # answer 500). Its engine work is aborted on the way out; the client is told to retry.
+            raise APIError(503, "The server is shutting down; retry the request.", type="server_error",
+                           code="shutting_down", headers={"Retry-After": str(self.settings.retry_after_s)}) from None
         except APIError:
             raise
         except Exception as exc:
