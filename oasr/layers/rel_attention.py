@@ -74,12 +74,19 @@ class RelPositionMultiHeadAttention(nn.Module):
         return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(
-        self, x: torch.Tensor, positions: torch.Tensor, key_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        key_mask: torch.Tensor | None = None,
+        pair_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """x: [B, T, E]; positions: [1|B, 2T-1, E] from ``relative_position_embeddings``;
-        key_mask: bool [B, T] (True = a real frame) -> [B, T, E].
+        key_mask: bool [B, T] (True = a real frame); pair_mask: bool [T, T] by (query, key), True where the query
+        may attend (a limited context window), shared by the batch -> [B, T, E].
 
         Padded keys get no weight; padded queries still attend to the real frames (their outputs are never read).
+        A query must be allowed at least one real key (itself, in every window in use) for its output to mean
+        anything.
         """
         b, t, _ = x.shape
         # Queries with the content bias u added by the projection itself: (q + u) comes out of one GEMM.
@@ -101,6 +108,8 @@ class RelPositionMultiHeadAttention(nn.Module):
                 # The most negative finite value, not -inf: a row with no real frame stays finite.
                 floor = mask.new_full((), torch.finfo(mask.dtype).min)
                 torch.where(key_mask[:, None, None, :], position_scores, floor, out=mask)
+        if pair_mask is not None:
+            mask.masked_fill_(~pair_mask, torch.finfo(mask.dtype).min)
         out = F.scaled_dot_product_attention(q_u.transpose(1, 2), k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 

@@ -12,6 +12,7 @@ depthwise convolution, and attention gives padded keys no weight. The output at 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -212,13 +213,19 @@ class ConvolutionModule(nn.Module):
         return self.pointwise_conv2(frames.pack(x.transpose(1, 2)))
 
 
+ConvModuleFactory = Callable[[FastConformerEncoderConfig], nn.Module]
+
+
 class ConformerBlock(nn.Module):
-    def __init__(self, config: FastConformerEncoderConfig) -> None:
+    """``conv_module`` builds the convolution module: Parakeet's ('same' padding, batch norm) by default; it is
+    called as ``conv(x, frames)`` and keeps the layout it is given."""
+
+    def __init__(self, config: FastConformerEncoderConfig, conv_module: ConvModuleFactory = ConvolutionModule) -> None:
         super().__init__()
         d = config.hidden_size
         self.feed_forward1 = FeedForward(config)
         self.self_attn = RelPositionMultiHeadAttention(d, config.num_attention_heads, bias=config.attention_bias)
-        self.conv = ConvolutionModule(config)
+        self.conv = conv_module(config)
         self.feed_forward2 = FeedForward(config)
         self.norm_feed_forward1 = LayerNorm(d)
         self.norm_self_att = LayerNorm(d)
@@ -226,13 +233,16 @@ class ConformerBlock(nn.Module):
         self.norm_feed_forward2 = LayerNorm(d)
         self.norm_out = LayerNorm(d)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, frames: FrameLayout) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, positions: torch.Tensor, frames: FrameLayout, pair_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """x: [B, T, C] padded or [rows, C] packed, as ``frames`` says -> the same layout. Attention sees the
-        padded view; everything else works in ``x``'s layout."""
+        padded view; everything else works in ``x``'s layout. pair_mask: bool [T, T], the (query, key) pairs
+        attention may use (None: every real key)."""
         # Macaron: two half-step feed-forwards around attention and convolution. Each residual add and the norm
         # after it are one step (one kernel under the kernels backend).
         x, h = self.norm_self_att.add_forward(x, self.feed_forward1(self.norm_feed_forward1(x)), alpha=0.5)
-        attended = self.self_attn(frames.unpack(h), positions, key_mask=frames.mask)
+        attended = self.self_attn(frames.unpack(h), positions, key_mask=frames.mask, pair_mask=pair_mask)
         x, h = self.norm_conv.add_forward(x, frames.pack(attended))
         x, h = self.norm_feed_forward2.add_forward(x, self.conv(h, frames))
         return self.norm_out.add_forward(x, self.feed_forward2(h), alpha=0.5)[1]
@@ -241,16 +251,30 @@ class ConformerBlock(nn.Module):
 class FastConformerEncoder(nn.Module):
     """Packs a batch's frames (``FrameLayout.packed``) when at least ``pack_from_padding`` of its padded view
     is padding and the frame counts are known on the host (``lengths`` on the CPU, as the engine passes them);
-    otherwise runs padded. Both give the same real frames."""
+    otherwise runs padded. Both give the same real frames.
+
+    Variants swap parts, all defaulting to Parakeet's: ``subsampling`` (a module with ``forward(features
+    [B, T, n_mels], lengths)`` and ``strided_length``), ``conv_module`` (each block's convolution module) and
+    ``attention_window`` (``num_frames, device -> bool [T, T]`` of the (query, key) pairs attention may use;
+    None: full context).
+    """
 
     pack_from_padding = 1 / 16
 
-    def __init__(self, config: FastConformerEncoderConfig) -> None:
+    def __init__(
+        self,
+        config: FastConformerEncoderConfig,
+        *,
+        subsampling: nn.Module | None = None,
+        conv_module: ConvModuleFactory = ConvolutionModule,
+        attention_window: Callable[[int, torch.device], torch.Tensor] | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.input_scale = math.sqrt(config.hidden_size) if config.scale_input else 1.0
-        self.subsampling = ConvSubsampling(config)
-        self.layers = nn.ModuleList(ConformerBlock(config) for _ in range(config.num_hidden_layers))
+        self.subsampling = subsampling if subsampling is not None else ConvSubsampling(config)
+        self.layers = nn.ModuleList(ConformerBlock(config, conv_module) for _ in range(config.num_hidden_layers))
+        self.attention_window = attention_window
 
     def output_lengths(self, lengths: torch.Tensor | int) -> torch.Tensor | int:
         """Feature frames [B] -> encoder frames [B] (or an int -> an int)."""
@@ -273,8 +297,9 @@ class FastConformerEncoder(nn.Module):
         positions = relative_position_embeddings(x.shape[1], x.shape[2], device=x.device, dtype=x.dtype)
         frames = self.layout(host_lengths, lengths, x.shape[1])
         x = frames.pack(x)
+        pair_mask = None if self.attention_window is None else self.attention_window(frames.num_frames, x.device)
         for layer in self.layers:
-            x = layer(x, positions, frames)
+            x = layer(x, positions, frames, pair_mask)
         return EncoderOutput(hidden=frames.unpack(x), lengths=lengths)
 
     def layout(self, host_lengths: list[int] | None, lengths: torch.Tensor, num_frames: int) -> FrameLayout:

@@ -67,11 +67,13 @@ class ParakeetForRNNT(nn.Module):
     tokenizer = "parakeet_hf_json"
     capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("transducer_greedy",))
     tied_keys: ClassVar[dict[str, str]] = {}
+    # Built from config.encoder_config; a variant with the same heads names its own encoder here.
+    encoder_class: ClassVar[type[nn.Module]] = FastConformerEncoder
 
     def __init__(self, config: ParakeetRNNTConfig) -> None:
         super().__init__()
         self.config = config
-        self.encoder = FastConformerEncoder(config.encoder_config)
+        self.encoder = self.encoder_class(config.encoder_config)
         self.encoder_projector = Linear(config.encoder_config.hidden_size, config.decoder_hidden_size)
         self.decoder = PredictionNetwork(config)
         self.joint = JointNetwork(config)  # called by the strategies: model.joint(encoder_frame, predictor_output)
