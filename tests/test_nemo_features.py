@@ -1,14 +1,15 @@
-"""NeMo's log-mel frontend matches transformers' ParakeetFeatureExtractor, batched, and padding changes nothing."""
+"""NeMo's log-mel frontend matches transformers' ParakeetFeatureExtractor (and, unnormalised, its
+NemotronAsrStreamingFeatureExtractor), batched, and padding changes nothing."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from transformers import ParakeetFeatureExtractor
+from transformers import NemotronAsrStreamingFeatureExtractor, ParakeetFeatureExtractor
 
 from oasr.features import FEATURE_EXTRACTORS
-from oasr.features.nemo_logmel import NemoLogMel, NemoLogMelConfig
+from oasr.features.nemo_logmel import NemoLogMel, NemoLogMelConfig, NemotronLogMel
 from oasr.models import ARCHITECTURES
 
 TOLERANCE = 1e-4
@@ -43,6 +44,16 @@ def test_batched_features_match_transformers(num_mel_bins: int) -> None:
     assert lengths.tolist() == expected_lengths.tolist() == [len(a) // 160 for a in audio]
     assert (features - expected).abs().max().item() <= TOLERANCE
     assert features.abs().sum().item() > 0
+
+
+def test_unnormalised_features_match_the_nemotron_extractor() -> None:
+    audio = clips(np.random.default_rng(1))
+    out = NemotronAsrStreamingFeatureExtractor(feature_size=80)(audio, sampling_rate=16000, return_tensors="pt")
+    expected, expected_lengths = out.input_features.transpose(1, 2), out.attention_mask.sum(-1)
+    features, lengths = NemotronLogMel(NemoLogMelConfig(normalize=False))(audio)
+    assert features.shape == expected.shape and lengths.tolist() == expected_lengths.tolist()
+    assert (features - expected).abs().max().item() <= TOLERANCE
+    assert features[0].mean().abs().item() > 1.0  # not normalised: the log-mel's own level
 
 
 def test_each_input_alone_equals_its_row_in_the_batch() -> None:

@@ -9,6 +9,7 @@ FEATURE_EXTRACTORS: Registry[type] = Registry(
     lazy={
         "whisper_logmel": "oasr.features.whisper_logmel",
         "nemo_logmel": "oasr.features.nemo_logmel",
+        "nemotron_logmel": "oasr.features.nemo_logmel",
         "aed_logmel": "oasr.features.aed_logmel",
     },
 )

@@ -5,6 +5,9 @@ Matches ``transformers.ParakeetFeatureExtractor``: pre-emphasis (0.97) inside ea
 Slaney mel filters, natural log with a 2^-24 guard, then per-feature normalisation over each input's real
 frames (mean, unbiased std + 1e-5) with padded frames set to 0. No dither: NeMo dithers only in training, and
 the reference extractor never does.
+
+``nemotron_logmel`` is the same frontend without the normalisation (``normalize=False``), as transformers'
+``NemotronAsrStreamingFeatureExtractor``: the log-mel of the real frames, zero past them.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class NemoLogMelConfig:
     preemphasis: float = 0.97  # 0 disables it
     log_zero_guard: float = 2.0**-24  # added before the log so silence stays finite
     normalize_epsilon: float = 1e-5  # added to the std
+    normalize: bool = True  # per-feature mean/std over each input's real frames (NeMo's "per_feature")
 
     def __post_init__(self) -> None:
         if self.win_length > self.n_fft:
@@ -105,14 +109,31 @@ class NemoLogMel:
         power = stft.real.square() + stft.imag.square()
         mel = torch.log(constants["filters"] @ power + c.log_zero_guard)  # [B, n_mels, T]
         lengths = self.frame_lengths(num_samples)
+        if not c.normalize:
+            return mel * frame_mask(lengths, mel.shape[2])[:, None, :], lengths
         return self.normalize(mel, lengths), lengths
 
     def normalize(self, mel: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Per-feature mean/std over each row's real frames; padded frames become 0. mel: [B, n_mels, T]."""
-        frames = (torch.arange(mel.shape[2], device=mel.device)[None, :] < lengths[:, None])[:, None, :]
+        frames = frame_mask(lengths, mel.shape[2])[:, None, :]
         # Rows of 0 or 1 frames would divide by zero (the reference returns NaN); clamp to keep them finite.
         count = lengths.clamp(min=1)[:, None, None].to(mel.dtype)
         mean = (mel * frames).sum(dim=2, keepdim=True) / count
         variance = (((mel - mean) * frames) ** 2).sum(dim=2, keepdim=True) / (count - 1).clamp(min=1)
         normalized = (mel - mean) / (variance.sqrt() + self.config.normalize_epsilon)
         return normalized * frames
+
+
+def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
+    """lengths: [B] -> bool [B, num_frames], True on each row's real frames."""
+    return torch.arange(num_frames, device=lengths.device)[None, :] < lengths[:, None]
+
+
+@FEATURE_EXTRACTORS.register("nemotron_logmel")
+class NemotronLogMel(NemoLogMel):
+    """NeMo's log-mel without per-feature normalisation (Nemotron ASR streaming checkpoints)."""
+
+    @classmethod
+    def for_model(cls, config: object) -> NemotronLogMel:
+        encoder = config.encoder_config  # type: ignore[attr-defined]
+        return cls(NemoLogMelConfig(num_mel_bins=encoder.num_mel_bins, normalize=False))
