@@ -58,7 +58,9 @@ def build_reference(kind: str) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def randomize(model: torch.nn.Module, kind: str, blank_bias: float, zero_duration_penalty: float) -> None:
+def randomize(model: torch.nn.Module, kind: str, blank_bias: float, zero_duration_penalty: float,
+              calibration: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    """``calibration``: the (features [B, T, n_mels], lengths [B]) the joint is centred on; default ``features``."""
     for name, p in model.named_parameters():
         if p.dim() >= 2:
             p.normal_(0.0, p[0].numel() ** -0.5)
@@ -75,7 +77,7 @@ def randomize(model: torch.nn.Module, kind: str, blank_bias: float, zero_duratio
         model.ctc_head.bias[config.pad_token_id] += blank_bias
         return
     # Centre and scale the encoder side of the joint so frames, not the predictor's constant offset, decide.
-    x, lengths = features(config.encoder_config.num_mel_bins)
+    x, lengths = calibration or features(config.encoder_config.num_mel_bins)
     out = model.get_audio_features(input_features=x, attention_mask=attention_mask(lengths))
     frames = out.pooler_output[out.attention_mask.bool()]
     model.encoder_projector.bias.sub_(frames.mean(0))

@@ -16,6 +16,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "parakeet_ctc": "oasr.models.fastconformer.model",
         "parakeet_rnnt": "oasr.models.fastconformer.transducer",
         "parakeet_tdt": "oasr.models.fastconformer.transducer",
+        "nemotron_asr_streaming": "oasr.models.nemotron_streaming.model",
         "canary": "oasr.models.canary.model",
         "cohere_asr": "oasr.models.canary.model",
     },

@@ -23,6 +23,7 @@ _MODEL_TYPES = {
     "parakeet_ctc": "parakeet_ctc",
     "parakeet_rnnt": "parakeet_rnnt",
     "parakeet_tdt": "parakeet_tdt",
+    "nemotron_asr_streaming": "nemotron_asr_streaming",
     "canary": "canary",
     "cohere_asr": "cohere_asr",
 }

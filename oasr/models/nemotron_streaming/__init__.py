@@ -1,0 +1,1 @@
+"""Nemotron ASR streaming (cache-aware FastConformer + RNN-T), in transformers' ``NemotronAsrStreaming`` key layout."""

@@ -1,0 +1,105 @@
+"""Nemotron ASR streaming (``NemotronAsrStreamingForRNNT``) served whole-file, against transformers' own classes:
+a tiny random checkpoint saved with ``save_pretrained``, loaded through ``oasr.from_pretrained``; on CPU fp32 the
+features and encoder output must equal the reference's for a batch of different lengths, and the engine's greedy
+tokens must equal transformers' offline ``generate``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+import oasr
+from oasr.models import ARCHITECTURES
+from oasr.models.capabilities import capabilities_of
+from oasr.models.loader import LoadedModel
+from oasr.models.nemotron_streaming.encoder import ChunkedLimitedWindow
+from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_greedy, save
+from parakeet_reference import attention_mask
+
+TOLERANCE = 1e-4
+
+
+@dataclass
+class Pair:
+    reference: torch.nn.Module
+    loaded: LoadedModel
+    x: torch.Tensor  # the reference extractor's features [B, T, n_mels]
+    lengths: torch.Tensor  # [B] real feature frames
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Pair:
+    reference = build_reference()
+    directory = save(reference, tmp_path_factory.mktemp("nemotron_streaming"))
+    loaded = oasr.from_pretrained(directory, device="cpu", dtype="float32")
+    x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), clips())
+    return Pair(reference, loaded, x, lengths)
+
+
+def test_checkpoint_loads_key_for_key(pair: Pair) -> None:
+    assert pair.loaded.architecture == "nemotron_asr_streaming" and pair.loaded.format == "huggingface"
+    ours, theirs = pair.loaded.model.state_dict(), pair.reference.state_dict()
+    assert set(ours) == set(theirs)
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+def test_capabilities_are_whole_file_transducer_greedy() -> None:
+    record = capabilities_of(ARCHITECTURES.get("nemotron_asr_streaming"))
+    assert record.runner == "frame_sync" and record.decode_strategies == ("transducer_greedy",)
+    assert record.streaming == "cache_aware"
+
+
+def test_features_equal_the_reference_extractor_unnormalised(pair: Pair) -> None:
+    ours, lengths = pair.loaded.features(clips())
+    assert torch.equal(lengths, pair.lengths)
+    assert ours.shape == pair.x.transpose(1, 2).shape
+    torch.testing.assert_close(ours.transpose(1, 2), pair.x, rtol=0, atol=TOLERANCE)
+
+
+def test_chunked_limited_window_sees_its_chunk_and_whole_chunks_behind() -> None:
+    # Chunks of 2 frames (lookahead 1); 5 frames of left context round down to 2 whole chunks.
+    window = ChunkedLimitedWindow(left_context=5, right_context=1)(7, torch.device("cpu"))
+    expected = torch.tensor([
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 1, 0],
+        [1, 1, 1, 1, 1, 1, 0],
+        [0, 0, 1, 1, 1, 1, 1],
+    ], dtype=torch.bool)  # fmt: skip
+    assert torch.equal(window, expected)
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "padded"])
+def test_encoder_output_matches_the_reference_for_a_batch_of_different_lengths(
+    pair: Pair, packed: bool, monkeypatch
+) -> None:
+    encoder = pair.reference.config.encoder_config
+    assert int(pair.lengths.max()) // encoder.subsampling_factor > encoder.sliding_window  # the window limits
+    with torch.no_grad():
+        theirs = pair.reference.encoder(input_features=pair.x, attention_mask=attention_mask(pair.lengths))
+    ours_encoder = pair.loaded.model.encoder
+    monkeypatch.setattr(ours_encoder, "pack_from_padding", 0.0 if packed else 2.0)
+    real = theirs.attention_mask.bool()
+    assert ours_encoder.layout(pair.lengths.tolist(), real.sum(-1), real.shape[1]).is_packed == packed
+    with torch.inference_mode():
+        ours = pair.loaded.model.encode(pair.x.transpose(1, 2), pair.lengths)
+    assert torch.equal(ours.lengths, real.sum(-1).long())
+    torch.testing.assert_close(ours.hidden[real], theirs.last_hidden_state[real], rtol=0, atol=TOLERANCE)
+
+
+def test_engine_tokens_equal_the_reference_offline_generate(pair: Pair) -> None:
+    expected = reference_greedy(pair.reference, pair.x, pair.lengths)
+    # The comparison could fail: rows differ, each mixes tokens, and most frames emit a blank soon.
+    assert len({tuple(row) for row in expected}) == len(expected)
+    assert all(len(set(row)) >= 5 for row in expected)
+    frames = pair.reference.get_audio_features(
+        input_features=pair.x, attention_mask=attention_mask(pair.lengths)).attention_mask.sum(-1)
+    assert all(len(row) < 2 * int(n) for row, n in zip(expected, frames, strict=True))
+    results = oasr.transcribe(clips(), pair.loaded, batch_size=2)
+    assert [r.token_ids for r in results] == expected
+    assert [r.text for r in results] == [pair.loaded.tokenizer.decode(ids).strip() for ids in expected]
