@@ -41,10 +41,12 @@ def reference_features(extractor, audio: list[np.ndarray]) -> tuple[torch.Tensor
     return out.input_features, out.attention_mask.sum(-1)
 
 
-def build_reference() -> transformers.NemotronAsrStreamingForRNNT:
+def build_reference(**encoder_fields) -> transformers.NemotronAsrStreamingForRNNT:
+    """The tiny config's model, randomized and calibrated; ``encoder_fields`` override its encoder's."""
     config = ARCHITECTURES.get("nemotron_asr_streaming").tiny_config()
     values = config.to_dict()
     values.pop("model_type")
+    values["encoder_config"].update(encoder_fields)
     torch.manual_seed(SEED)
     model = transformers.NemotronAsrStreamingForRNNT(
         transformers.NemotronAsrStreamingConfig(**values, decoder_start_token_id=config.blank_id)

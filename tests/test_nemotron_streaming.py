@@ -92,6 +92,21 @@ def test_encoder_output_matches_the_reference_for_a_batch_of_different_lengths(
     torch.testing.assert_close(ours.hidden[real], theirs.last_hidden_state[real], rtol=0, atol=TOLERANCE)
 
 
+def test_encoder_matches_the_reference_with_the_released_window(tmp_path: Path) -> None:
+    """The released checkpoints' window: chunks of 14 frames, 70 frames of left context (5 whole chunks), which
+    the 11 s clip's 139 frames outrun."""
+    reference = build_reference(sliding_window=71, default_num_lookahead_tokens=13)
+    loaded = oasr.from_pretrained(save(reference, tmp_path), device="cpu", dtype="float32")
+    x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), clips())
+    with torch.no_grad():
+        theirs = reference.encoder(input_features=x, attention_mask=attention_mask(lengths))
+    with torch.inference_mode():
+        ours = loaded.model.encode(x.transpose(1, 2), lengths)
+    real = theirs.attention_mask.bool()
+    assert int(real.sum(-1).max()) > 6 * 14
+    torch.testing.assert_close(ours.hidden[real], theirs.last_hidden_state[real], rtol=0, atol=TOLERANCE)
+
+
 def test_engine_tokens_equal_the_reference_offline_generate(pair: Pair) -> None:
     expected = reference_greedy(pair.reference, pair.x, pair.lengths)
     # The comparison could fail: rows differ, each mixes tokens, and most frames emit a blank soon.
