@@ -84,6 +84,29 @@ def test_kernel_path_equals_the_torch_path_on_the_real_queries() -> None:
     torch.testing.assert_close(unmasked, unmasked_torch, atol=1e-5, rtol=1e-5)
 
 
+def test_a_pair_mask_hides_the_keys_outside_each_querys_window_on_both_paths() -> None:
+    """A band of two frames either side: query 0 reads keys 0..2 only, so frames 3.. change nothing there."""
+    module = attention_pair(1)
+    x = torch.randn(2, 9, 32)
+    key_mask = torch.arange(9)[None] < torch.tensor([9, 5])[:, None]
+    band = torch.ones(9, 9, dtype=torch.bool).triu(-2).tril(2)
+    positions = relative_position_embeddings(9, 32, device=x.device, dtype=x.dtype)
+    moved = x.clone()
+    moved[:, 3:] += torch.randn(2, 6, 32)
+    outputs = {}
+    with torch.inference_mode():
+        for backend in ("torch", "kernels"):
+            apply_backend(module, backend)
+            outputs[backend] = [module(v, positions, key_mask, pair_mask=band) for v in (x, moved)]
+        apply_backend(module, "torch")
+        unlimited = module(x, positions, key_mask)
+    for window, window_moved in outputs.values():
+        torch.testing.assert_close(window_moved[:, 0], window[:, 0], atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(window_moved[:, 3], window[:, 3])
+    torch.testing.assert_close(outputs["kernels"][0][key_mask], outputs["torch"][0][key_mask], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(unlimited[:, 0], outputs["torch"][0][:, 0])  # the band did limit query 0
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_position_mask_kernel_equals_its_reference_on_cuda(dtype: torch.dtype) -> None:
