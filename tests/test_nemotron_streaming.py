@@ -14,7 +14,8 @@ import torch
 import oasr
 from oasr.models import ARCHITECTURES
 from oasr.models.capabilities import capabilities_of
-from oasr.models.loader import LoadedModel
+from oasr.models.converters.native import save_native
+from oasr.models.loader import LoadedModel, read_checkpoint, resolve_source
 from oasr.models.nemotron_streaming.encoder import ChunkedLimitedWindow
 from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_greedy, save
 from parakeet_reference import attention_mask
@@ -28,6 +29,7 @@ class Pair:
     loaded: LoadedModel
     x: torch.Tensor  # the reference extractor's features [B, T, n_mels]
     lengths: torch.Tensor  # [B] real feature frames
+    directory: Path  # the saved checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def pair(tmp_path_factory) -> Pair:
     directory = save(reference, tmp_path_factory.mktemp("nemotron_streaming"))
     loaded = oasr.from_pretrained(directory, device="cpu", dtype="float32")
     x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), clips())
-    return Pair(reference, loaded, x, lengths)
+    return Pair(reference, loaded, x, lengths, directory)
 
 
 def test_checkpoint_loads_key_for_key(pair: Pair) -> None:
@@ -44,6 +46,17 @@ def test_checkpoint_loads_key_for_key(pair: Pair) -> None:
     ours, theirs = pair.loaded.model.state_dict(), pair.reference.state_dict()
     assert set(ours) == set(theirs)
     assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+def test_native_round_trip_keeps_the_config_and_the_encoder_output(pair: Pair, tmp_path: Path) -> None:
+    native = oasr.from_pretrained(save_native(read_checkpoint(resolve_source(pair.directory)), tmp_path),
+                                  device="cpu", dtype="float32")
+    assert native.format == "native" and native.config == pair.loaded.config
+    assert native.config.encoder_config.sliding_window == 7  # the streaming fields survive
+    with torch.inference_mode():
+        ours = native.model.encode(pair.x.transpose(1, 2), pair.lengths).hidden
+        expected = pair.loaded.model.encode(pair.x.transpose(1, 2), pair.lengths).hidden
+    assert torch.equal(ours, expected)
 
 
 def test_capabilities_are_whole_file_transducer_greedy() -> None:
