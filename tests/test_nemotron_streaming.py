@@ -5,6 +5,7 @@ tokens must equal transformers' offline ``generate``."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,12 +13,13 @@ import pytest
 import torch
 
 import oasr
+from oasr.cli import main
 from oasr.models import ARCHITECTURES
 from oasr.models.capabilities import capabilities_of
 from oasr.models.converters.native import save_native
 from oasr.models.loader import LoadedModel, read_checkpoint, resolve_source
 from oasr.models.nemotron_streaming.encoder import ChunkedLimitedWindow
-from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_greedy, save
+from nemotron_reference import JFK, build_reference, clips, feature_extractor, reference_features, reference_greedy, save
 from parakeet_reference import attention_mask
 
 TOLERANCE = 1e-4
@@ -131,3 +133,11 @@ def test_engine_tokens_equal_the_reference_offline_generate(pair: Pair) -> None:
     results = oasr.transcribe(clips(), pair.loaded, batch_size=2)
     assert [r.token_ids for r in results] == expected
     assert [r.text for r in results] == [pair.loaded.tokenizer.decode(ids).strip() for ids in expected]
+
+
+def test_cli_transcribes_a_file_from_the_checkpoint_directory(pair: Pair, capsys) -> None:
+    expected = reference_greedy(pair.reference, pair.x[:1], pair.lengths[:1])[0]
+    assert main(["transcribe", str(JFK), "--model", str(pair.directory), "--device", "cpu",
+                 "--output-format", "jsonl"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["file"] == str(JFK) and row["text"] == pair.loaded.tokenizer.decode(expected).strip()
