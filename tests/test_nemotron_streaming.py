@@ -19,7 +19,15 @@ from oasr.models.capabilities import capabilities_of
 from oasr.models.converters.native import save_native
 from oasr.models.loader import LoadedModel, read_checkpoint, resolve_source
 from oasr.models.nemotron_streaming.encoder import ChunkedLimitedWindow
-from nemotron_reference import JFK, build_reference, clips, feature_extractor, reference_features, reference_greedy, save
+from nemotron_reference import (
+    JFK,
+    build_reference,
+    clips,
+    feature_extractor,
+    reference_features,
+    reference_greedy,
+    save,
+)
 from parakeet_reference import attention_mask
 
 TOLERANCE = 1e-4
