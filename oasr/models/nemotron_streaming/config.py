@@ -9,7 +9,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from oasr.models.fastconformer.config import FastConformerEncoderConfig, ParakeetRNNTConfig, _known_fields
+from oasr.models.fastconformer.config import (
+    FastConformerEncoderConfig,
+    ParakeetRNNTConfig,
+    _known_fields,
+    tiny_encoder_config,
+)
 
 
 @dataclass(frozen=True)
@@ -58,16 +63,7 @@ class NemotronAsrStreamingConfig(ParakeetRNNTConfig):
 def tiny_config() -> NemotronAsrStreamingConfig:
     """A few-thousand-parameter model with every module of the real one. The attention window is small enough
     (chunks of 3 frames, 2 chunks of left context) that the tests' inputs of 6 to 21 frames exercise it."""
-    encoder = NemotronAsrStreamingEncoderConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        conv_kernel_size=5,
-        subsampling_conv_channels=8,
-        num_mel_bins=16,
-        sliding_window=7,
-        default_num_lookahead_tokens=2,
-    )
+    encoder = NemotronAsrStreamingEncoderConfig(**dataclasses.asdict(tiny_encoder_config()), sliding_window=7,
+                                                default_num_lookahead_tokens=2)
     return NemotronAsrStreamingConfig(encoder_config=encoder, vocab_size=33, decoder_hidden_size=24,
                                       num_decoder_layers=1, blank_token_id=32, pad_token_id=32)
