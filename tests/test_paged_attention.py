@@ -129,7 +129,7 @@ def test_paged_cross_reads_what_dense_cross_attention_reads() -> None:
     hidden = torch.randn(2, 10, heads * dim)
     lengths = torch.tensor([10, 3])
     rows = (EncodeRow("a", (3,), ((),), (5, 2, 9)), EncodeRow("b", (0, 4), ((), ()), (7,)))
-    store.write(Projector(), rows, hidden, lengths)
+    store.write(Projector(), rows, hidden, lengths.tolist())  # host ints, as the engine passes them
     k = torch.stack([(hidden * (i + 1)).unflatten(-1, (heads, dim)).transpose(1, 2) for i in range(layers)])
     dense = DenseCross(k, -k, lengths)
     q = torch.randn(2, heads, 1, dim)
