@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from oasr.bench.parakeet import synthetic_audio, sync
+from oasr.bench.parakeet import profile_oasr, synthetic_audio, sync
 
 LANGUAGES = ("en", "de", "fr", "es")
 # The ids of the first special tokens follow canary-1b-v2's vocabulary (pad 2, end 3, start of transcript 4,
@@ -89,19 +89,6 @@ def run_transformers(model, audio, prompt, *, batch_size, tokens, device, dtype,
     return time.perf_counter() - start, ids
 
 
-def print_profile(run, top: int) -> None:
-    """Runs ``run`` once under torch's profiler; prints the device busy time beside the wall time, then the
-    ``top`` ops by device time (where the wall time the device sat idle went is the host's)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        seconds, _ = run()
-    events = prof.key_averages()
-    busy = sum(e.self_device_time_total for e in events) / 1e6
-    print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
-    print(events.table(sort_by="self_cuda_time_total", row_limit=top, max_name_column_width=60))
-
-
 def main(argv: list[str] | None = None) -> None:
     from oasr.engine.config import EngineConfig, RunnerConfig, SchedulerConfig
     from oasr.engine.engine import ASREngine
@@ -163,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"oasr_seconds": round(seconds, 3), "phases": engine.runner.phase_seconds,
                           "max_combined_encode_rows": args.max_combined_encode_rows}))
         if args.profile:
-            print_profile(run_oasr, args.profile)
+            profile_oasr(run_oasr, args.profile)
         return
     for batch_size in args.peer_batch_sizes:
         peer(batch_size)

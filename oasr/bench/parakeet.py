@@ -103,12 +103,20 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def profile_oasr(run) -> None:
+def profile_oasr(run, top: int = 25) -> None:
+    """Runs ``run`` (-> (wall seconds, ...)) once under torch's profiler; prints the device's kernel time beside
+    the wall time (the difference is time the device sat idle waiting for the host), then the ``top`` ops by
+    device time."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        run()
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
+        seconds = run()[0]
+    events = prof.key_averages()
+    # Kernels only: an op's row repeats the time of the kernels it launched.
+    busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
+    print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
+    print(events.table(sort_by="self_cuda_time_total", row_limit=top, max_name_column_width=60))
 
 
 def main(argv: list[str] | None = None) -> None:
