@@ -14,6 +14,7 @@ every step. With them the output varies with the audio and from step to step, an
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from oasr.layers.attention import sdpa
 from oasr.layers.cache import DenseCross, FullContext
 from oasr.models import ARCHITECTURES
+import oasr
 from oasr.models.loader import LoadedModel
 
 LANGUAGES = ("en", "de", "fr", "es")
@@ -226,3 +228,28 @@ def oasr_greedy(loaded: LoadedModel, audio_list: list[np.ndarray], prompt_ids: t
             break
         tokens = torch.cat([tokens, step[:, None]], dim=1)
     return out
+
+
+@dataclass
+class Pair:
+    """One tiny checkpoint as transformers and OASR each load it, with transformers' features of ``audio_batch``."""
+
+    directory: Path
+    family: str  # the prompt builder's family name
+    reference: torch.nn.Module
+    loaded: LoadedModel
+    x: torch.Tensor  # transformers' features [B, T, n_mels]
+    mask: torch.Tensor  # [B, T]
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.mask.sum(-1)
+
+    def prompter(self):
+        return self.loaded.model.prompt_builder(self.loaded.config, self.loaded.tokenizer, self.family)
+
+
+def make_pair(directory: Path, family: str) -> Pair:
+    x, mask = reference_features(directory, audio_batch())
+    return Pair(directory, family, load_reference(directory),
+                oasr.from_pretrained(directory, device="cpu", dtype="float32"), x, mask)

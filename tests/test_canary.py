@@ -5,7 +5,6 @@ of different lengths, and the prompt builder gives the prompt transformers' proc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,44 +13,28 @@ import torch
 import oasr
 from aed_reference import (
     LANGUAGES,
+    Pair,
     AppendCache,
     audio_batch,
-    load_reference,
     make_canary_checkpoint,
+    make_pair,
     oasr_greedy,
-    reference_features,
     reference_generate,
     reference_tokenizer,
 )
 from oasr.errors import UnsupportedOptionError
 from oasr.layers.cache import DenseCross, FullContext
 from oasr.models.converters.native import save_native
-from oasr.models.loader import LoadedModel, build_model, read_checkpoint, resolve_source
+from oasr.models.loader import build_model, read_checkpoint, resolve_source
 from oasr.types import DecodeOptions
 
 TOLERANCE = 1e-4
 MAX_NEW_TOKENS = 20
 
 
-@dataclass
-class Pair:
-    directory: Path
-    reference: torch.nn.Module
-    loaded: LoadedModel
-    x: torch.Tensor  # transformers' features [B, T, n_mels]
-    mask: torch.Tensor  # [B, T]
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.mask.sum(-1)
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Pair:
-    directory = make_canary_checkpoint(tmp_path_factory.mktemp("canary"))
-    x, mask = reference_features(directory, audio_batch())
-    return Pair(directory, load_reference(directory), oasr.from_pretrained(directory, device="cpu", dtype="float32"),
-                x, mask)
+    return make_pair(make_canary_checkpoint(tmp_path_factory.mktemp("canary")), "canary")
 
 
 def hf_prompt(source: str, target: str, pnc: bool = True) -> str:
@@ -98,7 +81,7 @@ def test_encoder_output_matches_the_reference(pair: Pair) -> None:
 
 @torch.no_grad()
 def test_teacher_forced_logits_match_the_reference(pair: Pair) -> None:
-    prompt = pair.loaded.model.prompt_builder(pair.loaded.config, pair.loaded.tokenizer, "canary")
+    prompt = pair.prompter()
     ids = prompt.prompt_ids(DecodeOptions(language="en"))
     text = torch.randint(20, 48, (len(pair.lengths), 6), generator=torch.Generator().manual_seed(0))
     tokens = torch.cat([torch.tensor([ids] * len(pair.lengths)), text], dim=1)
@@ -137,7 +120,7 @@ def test_incremental_decoding_through_a_cache_equals_full_context(pair: Pair) ->
 
 
 def test_greedy_decoding_gives_the_reference_generate_tokens(pair: Pair) -> None:
-    builder = pair.loaded.model.prompt_builder(pair.loaded.config, pair.loaded.tokenizer, "canary")
+    builder = pair.prompter()
     ids = builder.prompt_ids(DecodeOptions(language="en"))
     audio = audio_batch()
     reference = reference_generate(pair.directory, audio, ids, num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
@@ -159,14 +142,14 @@ def test_greedy_decoding_gives_the_reference_generate_tokens(pair: Pair) -> None
     ],
 )
 def test_prompt_ids_equal_what_transformers_builds(pair: Pair, options, source, target, pnc) -> None:
-    builder = pair.loaded.model.prompt_builder(pair.loaded.config, pair.loaded.tokenizer, "canary")
+    builder = pair.prompter()
     expected = reference_tokenizer(pair.directory)(hf_prompt(source, target, pnc), add_special_tokens=False)
     assert builder.prompt_ids(options) == tuple(expected["input_ids"])
     assert builder.prompt_len(options) == len(expected["input_ids"])
 
 
 def test_prompt_builder_names_what_it_refuses(pair: Pair) -> None:
-    builder = pair.loaded.model.prompt_builder(pair.loaded.config, pair.loaded.tokenizer, "canary")
+    builder = pair.prompter()
     assert builder.languages == LANGUAGES
     assert builder.end_token == pair.loaded.tokenizer.token_id("<|endoftext|>") == pair.reference.config.eos_token_id
     with pytest.raises(UnsupportedOptionError, match="language='xx'"):
@@ -202,7 +185,7 @@ def test_native_conversion_keeps_config_and_weights(pair: Pair, tmp_path: Path) 
 
 def test_reference_beam_search_returns_generated_tokens_only(pair: Pair) -> None:
     """The helper engine-level beam tests build on: rows hold neither the prompt nor the end token."""
-    builder = pair.loaded.model.prompt_builder(pair.loaded.config, pair.loaded.tokenizer, "canary")
+    builder = pair.prompter()
     ids = builder.prompt_ids(DecodeOptions(language="de"))
     rows = reference_generate(pair.directory, audio_batch(), ids, num_beams=4, max_new_tokens=MAX_NEW_TOKENS)
     assert len(rows) == 3 and all(len(r) <= MAX_NEW_TOKENS for r in rows)

@@ -6,7 +6,6 @@ lengths, and the prompt builder gives the ids of ``CohereAsrProcessor.get_decode
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,10 @@ from safetensors.torch import load_file
 import oasr
 from aed_reference import (
     AppendCache,
+    Pair,
     audio_batch,
-    load_reference,
     make_cohere_checkpoint,
+    make_pair,
     oasr_greedy,
     reference_features,
     reference_generate,
@@ -28,35 +28,16 @@ from aed_reference import (
 from oasr.errors import UnsupportedOptionError
 from oasr.layers.cache import DenseCross, FullContext
 from oasr.models.converters.native import save_native
-from oasr.models.loader import LoadedModel, build_model, read_checkpoint, resolve_source
+from oasr.models.loader import build_model, read_checkpoint, resolve_source
 from oasr.types import DecodeOptions
 
 TOLERANCE = 1e-4
 MAX_NEW_TOKENS = 20
 
 
-@dataclass
-class Pair:
-    directory: Path
-    reference: torch.nn.Module
-    loaded: LoadedModel
-    x: torch.Tensor  # transformers' features [B, T, n_mels]
-    mask: torch.Tensor  # [B, T]
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        return self.mask.sum(-1)
-
-    def prompter(self):
-        return self.loaded.model.prompt_builder(self.loaded.config, self.loaded.tokenizer, "cohere")
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Pair:
-    directory = make_cohere_checkpoint(tmp_path_factory.mktemp("cohere_asr"))
-    x, mask = reference_features(directory, audio_batch())
-    return Pair(directory, load_reference(directory), oasr.from_pretrained(directory, device="cpu", dtype="float32"),
-                x, mask)
+    return make_pair(make_cohere_checkpoint(tmp_path_factory.mktemp("cohere_asr")), "cohere")
 
 
 def test_nemo_named_checkpoint_loads_key_for_key(pair: Pair) -> None:
