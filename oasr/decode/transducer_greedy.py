@@ -79,15 +79,23 @@ class _Loop:
     predictor_out: torch.Tensor  # [B, H]
     state: Any  # the predictor's opaque state: a dataclass or tuple of tensors
     rows: torch.Tensor  # [B] 0 .. B-1, to pick each row's frame and token slot
+    token_frames: torch.Tensor | None = None  # [B, like tokens] the frame each token was emitted on, if kept
 
     @classmethod
     def start(cls, model: TransducerModel, frames: torch.Tensor, lengths: torch.Tensor, max_symbols: int) -> _Loop:
+        predictor_out, state = model.predictor_init(frames.shape[0], frames.device)
+        return cls.resume(frames, lengths, predictor_out, state, max_symbols)
+
+    @classmethod
+    def resume(cls, frames: torch.Tensor, lengths: torch.Tensor, predictor_out: torch.Tensor, state: Any,
+               max_symbols: int, *, keep_frames: bool = False) -> _Loop:
+        """A loop over new frames that continues from a predictor context (a stream's next chunk)."""
         batch, num_frames, _ = frames.shape
         position = torch.zeros(batch, dtype=torch.long, device=frames.device)
-        predictor_out, state = model.predictor_init(batch, frames.device)
         tokens = torch.full((batch, num_frames * max_symbols + 1), -1, dtype=torch.long, device=frames.device)
         rows = torch.arange(batch, device=frames.device)
-        return cls(frames, lengths, position, position.clone(), position.clone(), tokens, predictor_out, state, rows)
+        return cls(frames, lengths, position, position.clone(), position.clone(), tokens, predictor_out, state, rows,
+                   tokens.clone() if keep_frames else None)
 
     def reset(self, model: TransducerModel) -> None:
         """Back to the start of every row (frames and lengths stay)."""
@@ -122,6 +130,8 @@ def _step(model: TransducerModel, loop: _Loop, rule: Rule, max_symbols: int) -> 
     run = torch.where(emit & (advance == 0), loop.run + 1, 0)
     forced = run >= max_symbols
     loop.run.copy_(torch.where(forced, 0, run))
+    if loop.token_frames is not None:  # where this step's token sits, before the row moves on
+        loop.token_frames[rows, loop.count] = loop.position
     loop.position.add_(torch.where(active, torch.where(forced, 1, advance), 0))
     loop.tokens[rows, loop.count] = token  # overwritten by the next emission unless this one counts
     loop.count.add_(emit.long())
@@ -137,8 +147,14 @@ def label_loop(
 ) -> list[list[int]]:
     """encoder_output: hidden [B, T, D], lengths [B] -> token ids per row (blanks excluded). Eager steps."""
     frames = model.project_encoder(encoder_output.hidden)
-    num_frames = frames.shape[1]
     loop = _Loop.start(model, frames, encoder_output.lengths.to(frames.device), max_symbols)
+    run_steps(model, loop, rule, max_symbols=max_symbols, max_advance=max_advance)
+    return loop.results(frames.shape[0])
+
+
+def run_steps(model: TransducerModel, loop: _Loop, rule: Rule, *, max_symbols: int, max_advance: int) -> None:
+    """Eager label steps until every row of ``loop`` is past its frames."""
+    num_frames = loop.frames.shape[1]
     # Each step advances a frame or emits a token on it, at most max_symbols per frame: a bound on the steps.
     max_steps = num_frames * max_symbols
     chunk = max(1, math.ceil(num_frames / max_advance))  # the fewest steps the longest row can need
@@ -149,7 +165,6 @@ def label_loop(
         steps += chunk
         if not bool(loop.unfinished()):  # the once-per-chunk host sync
             break
-    return loop.results(frames.shape[0])
 
 
 def _bucket(value: int, smallest: int) -> int:
@@ -218,6 +233,17 @@ class LabelLoopGraphs:
         return graph, loop, rule
 
 
+def greedy_rule(model: TransducerModel) -> Rule:
+    """RNN-T: the best token; a blank moves one frame on, a token stays."""
+    blank, vocab_size = model.blank_id, model.vocab_size
+
+    def rule(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        token = logits[:, :vocab_size].argmax(dim=-1)
+        return token, (token == blank).long()
+
+    return rule
+
+
 def _max_symbols(options: TransducerGreedyOptions, model: TransducerModel) -> int:
     return options.max_symbols_per_step or model.max_symbols_per_step
 
@@ -240,13 +266,7 @@ class TransducerGreedy(LaunchesEagerly, DecodeStrategy):
         return run(model, encoder_output, rule, max_symbols=_max_symbols(self.options, model), max_advance=max_advance)
 
     def decode(self, model: TransducerModel, encoder_output: EncoderOutput) -> list[list[int]]:
-        blank = model.blank_id
-
-        def rule(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            token = logits[:, : model.vocab_size].argmax(dim=-1)
-            return token, (token == blank).long()
-
-        return self._loop(model, encoder_output, rule, max_advance=1)
+        return self._loop(model, encoder_output, greedy_rule(model), max_advance=1)
 
 
 @DECODE_STRATEGIES.register("tdt_greedy")

@@ -113,6 +113,19 @@ class NemoLogMel:
             return mel * frame_mask(lengths, mel.shape[2])[:, None, :], lengths
         return self.normalize(mel, lengths), lengths
 
+    def window_frames(self, windows: torch.Tensor) -> torch.Tensor:
+        """Pre-emphasised sample windows [B, (K - 1) * hop + n_fft] (``oasr.streaming.audio``) -> the log-mel
+        of their K frames, [B, n_mels, K], each the frame ``log_mel`` computes at the same samples; not
+        normalised (a stream has no whole-input statistics)."""
+        c = self.config
+        if c.normalize:
+            raise ValueError("per-feature normalised features need the whole input; they cannot be streamed")
+        constants = self._constants.on(windows.device)
+        stft = torch.stft(windows, c.n_fft, hop_length=c.hop_length, win_length=c.win_length,
+                          window=constants["window"], center=False, return_complex=True)
+        power = stft.real.square() + stft.imag.square()
+        return torch.log(constants["filters"] @ power + c.log_zero_guard)
+
     def normalize(self, mel: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Per-feature mean/std over each row's real frames; padded frames become 0. mel: [B, n_mels, T]."""
         frames = frame_mask(lengths, mel.shape[2])[:, None, :]

@@ -29,13 +29,15 @@ def mask_buffer(batch: int, heads: int, frames: int, dtype: torch.dtype, device:
     return torch.empty(batch, heads, frames, -(-frames // 8) * 8, dtype=dtype, device=device)[..., :frames]
 
 
-def shifted(scores: torch.Tensor, batch: int) -> torch.Tensor:
-    """Contiguous [H, B*T, W] scores by (query, distance slot) -> a [B, H, T, T] view by (query, key): query i
-    of each row starts at its own slot T-1-i and moves one slot per key (the Transformer-XL shift)."""
+def shifted(scores: torch.Tensor, batch: int, num_keys: int | None = None) -> torch.Tensor:
+    """Contiguous [H, B*T, W] scores by (query, distance slot) -> a [B, H, T, K] view by (query, key): query i
+    of each row starts at its own slot T-1-i and moves one slot per key (the Transformer-XL shift). K defaults
+    to T; a chunk streamed after K - T earlier keys has K > T (then W >= K + T - 1)."""
     heads, rows, width = scores.shape
     frames = rows // batch
     strides = (frames * width, rows * width, width - 1, 1)
-    return scores.as_strided((batch, heads, frames, frames), strides, scores.storage_offset() + frames - 1)
+    shape = (batch, heads, frames, frames if num_keys is None else num_keys)
+    return scores.as_strided(shape, strides, scores.storage_offset() + frames - 1)
 
 
 def position_mask_reference(

@@ -24,14 +24,16 @@ _POSITION_BASE = 10_000.0
 
 
 def relative_position_embeddings(
-    num_frames: int, dim: int, *, device: torch.device, dtype: torch.dtype
+    num_frames: int, dim: int, *, device: torch.device, dtype: torch.dtype, num_keys: int | None = None
 ) -> torch.Tensor:
-    """Sinusoids for the distances T-1, T-2, ..., -(T-1), sin and cos interleaved -> [1, 2T-1, dim]."""
-    distances = torch.arange(num_frames - 1, -num_frames, -1, device=device, dtype=torch.float32)
+    """Sinusoids for the distances K-1, K-2, ..., -(T-1), sin and cos interleaved -> [1, K+T-1, dim]: T queries
+    that are the last of K keys (K = T, the default: the whole sequence attends to itself)."""
+    num_keys = num_frames if num_keys is None else num_keys
+    distances = torch.arange(num_keys - 1, -num_frames, -1, device=device, dtype=torch.float32)
     # Made on the device: a host tensor copied there would make the host wait for the device's queued work.
     inv_freq = 1.0 / (_POSITION_BASE ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
     angles = distances[:, None] * inv_freq[None, :]
-    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(1, 2 * num_frames - 1, dim).to(dtype)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(1, num_keys + num_frames - 1, dim).to(dtype)
 
 
 def relative_shift(scores: torch.Tensor) -> torch.Tensor:
@@ -113,9 +115,36 @@ class RelPositionMultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(q_u.transpose(1, 2), k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
+    def attend_with_context(
+        self, x: torch.Tensor, positions: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor,
+        past_valid: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk attending to itself and to the frames before it (cache-aware streaming).
+
+        x: [B, T, E] the chunk; past_keys, past_values: [B, H, L, D] the projected keys and values of the L frames
+        before it, oldest first; past_valid: bool [B, L], False where a row has no such frame yet (a stream's
+        start) or its window does not reach it; positions: [1, L+2T-1, E] from ``relative_position_embeddings``
+        with ``num_keys=L+T`` -> (out [B, T, E], keys and values [B, H, L+T, D] of the past and the chunk).
+        Every query sees every key of its chunk.
+        """
+        b, t, _ = x.shape
+        u = self.bias_u.flatten()
+        q_u = F.linear(x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
+        q_u = q_u.view(b, t, self.num_heads, self.head_dim)
+        keys = torch.cat([past_keys, self.split_heads(self.k_proj(x))], dim=2)
+        values = torch.cat([past_values, self.split_heads(self.v_proj(x))], dim=2)
+        num_keys = keys.shape[2]
+        q_v = (q_u + (self.bias_v - self.bias_u)).permute(2, 0, 1, 3).reshape(self.num_heads, b * t, self.head_dim)
+        scores = rel_position.shifted(torch.bmm(q_v, self.distance_keys(positions)), b, num_keys)
+        valid = torch.cat([past_valid, past_valid.new_ones(b, t)], dim=1)
+        mask = torch.where(valid[:, None, None, :], scores, torch.finfo(scores.dtype).min)
+        out = F.scaled_dot_product_attention(q_u.transpose(1, 2), keys, values, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), keys, values
+
     def distance_keys(self, positions: torch.Tensor) -> torch.Tensor:
-        """positions: [1, 2T-1, E] -> the scaled projected distances [H, D, W], W = 2T-1 rounded up to a
-        multiple of 8 (odd widths fall to slow unaligned GEMM kernels; the extra slots are zero)."""
+        """positions: [1, P, E] (P = 2T-1, or K+T-1 with earlier keys) -> the scaled projected distances
+        [H, D, W], W = P rounded up to a multiple of 8 (odd widths fall to slow unaligned GEMM kernels; the extra
+        slots are zero)."""
         num_slots = positions.shape[1]
         width = -(-num_slots // 8) * 8
         r = self.relative_k_proj(positions[0]) * self.head_dim**-0.5  # the scale goes on the small operand

@@ -22,6 +22,7 @@ from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import ModelCapabilities
 from oasr.models.fastconformer.config import ParakeetRNNTConfig, ParakeetTDTConfig, tiny_rnnt_config, tiny_tdt_config
 from oasr.models.fastconformer.encoder import FastConformerEncoder, example_features
+from oasr.streaming.geometry import StateField
 
 
 @dataclass
@@ -137,6 +138,25 @@ class ParakeetForRNNT(nn.Module):
         """keep_new: bool [B] -> per row, ``new`` where True else ``old`` (rows that emitted a token advance)."""
         rows = keep_new[None, :, None]
         return LSTMPredictorState(torch.where(rows, new.hidden, old.hidden), torch.where(rows, new.cell, old.cell))
+
+    def predictor_fields(self) -> tuple[StateField, ...]:
+        """The predictor context a stream carries from one chunk to the next (per stream, as ``predictor_rows``
+        lays it out)."""
+        layers, width = self.config.num_decoder_layers, self.config.decoder_hidden_size
+        return (StateField("predictor.out", (width,)), StateField("predictor.hidden", (layers, width)),
+                StateField("predictor.cell", (layers, width)))
+
+    @staticmethod
+    def predictor_rows(out: torch.Tensor, state: LSTMPredictorState) -> dict[str, torch.Tensor]:
+        """(out [B, H], state) -> ``predictor_fields``' tensors, batch first."""
+        return {"predictor.out": out, "predictor.hidden": state.hidden.transpose(0, 1),
+                "predictor.cell": state.cell.transpose(0, 1)}
+
+    @staticmethod
+    def predictor_from_rows(rows: dict[str, torch.Tensor]) -> tuple[torch.Tensor, LSTMPredictorState]:
+        """The inverse of ``predictor_rows`` (the LSTM wants its state layer first and contiguous)."""
+        return rows["predictor.out"], LSTMPredictorState(rows["predictor.hidden"].transpose(0, 1).contiguous(),
+                                                         rows["predictor.cell"].transpose(0, 1).contiguous())
 
     @staticmethod
     def predictor_gather(state: LSTMPredictorState, index: torch.Tensor) -> LSTMPredictorState:

@@ -1,0 +1,96 @@
+"""The ``cache_aware`` streaming runtime: a cache-aware encoder (chunked-limited attention, causal convolutions)
+and a greedy transducer, every ready stream's chunk in one forward per step.
+
+Per step: the streams' sample windows go up in one copy and become their chunks' feature frames; each stream's
+state is gathered from its slot (the encoder's caches and the predictor's context, as the model declares
+them); the encoder runs the chunk (``stream_encode``), the label loop continues each stream's decoding over the
+chunk's frames, and the new state is scattered back to the slots.
+
+Model contract, beyond the transducer strategies' (``oasr.decode.transducer_greedy``): ``default_lookahead``,
+``stream_geometry(lookahead, frame_seconds) -> StreamGeometry`` (its ``state`` includes the predictor's
+fields), ``stream_encode(features [B, K, n_mels], state, first [B], past_valid [B, L], geometry)
+-> (hidden [B, chunk_frames, D], new encoder state)``, ``predictor_rows`` / ``predictor_from_rows``,
+``prompt_id(options)`` and ``fuse_prompt(hidden, prompt_ids)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from oasr.decode.transducer_stream import ChunkTokens, decode_chunk
+from oasr.engine.uploads import upload, upload_tensor
+from oasr.models.loader import LoadedModel
+from oasr.streaming import STREAMING_RUNTIMES
+from oasr.streaming.audio import StreamAudio
+from oasr.streaming.geometry import StreamGeometry
+from oasr.streaming.scheduler import ChunkBatch
+from oasr.streaming.state_pool import StreamStatePool
+
+
+@STREAMING_RUNTIMES.register("cache_aware")
+class CacheAwareRuntime:
+    def __init__(self, loaded: LoadedModel, num_slots: int) -> None:
+        self.loaded, self.model, self.device = loaded, loaded.model, loaded.device
+        features = loaded.features.config
+        if getattr(features, "normalize", False):
+            raise ValueError(f"{loaded.name}: its features are normalised over the whole input and cannot stream")
+        self.sample_rate, self.hop = features.sample_rate, features.hop_length
+        self._audio_args = (features.hop_length, features.n_fft, features.preemphasis)
+        encoder = self.model.config.encoder_config
+        self.frame_seconds = encoder.subsampling_factor * features.hop_length / features.sample_rate
+        self._geometries: dict[int, StreamGeometry] = {}
+        self.default_lookahead = self.model.default_lookahead
+        geometry = self.geometry(self.default_lookahead)
+        self.pool = StreamStatePool(geometry.state, num_slots, self.device, loaded.dtype)
+        with torch.inference_mode():
+            start = self.model.predictor_rows(*self.model.predictor_init(1, self.device))
+        self._start = {name: rows[0] for name, rows in start.items()}  # a stream's context before any token
+
+    def geometry(self, lookahead: int) -> StreamGeometry:
+        if lookahead not in self._geometries:
+            self._geometries[lookahead] = self.model.stream_geometry(lookahead, self.frame_seconds)
+        return self._geometries[lookahead]
+
+    def new_audio(self) -> StreamAudio:
+        return StreamAudio(*self._audio_args)
+
+    @torch.inference_mode()
+    def open(self, slot: int) -> None:
+        """A stream takes ``slot``: no past, the predictor at the start of a sequence."""
+        self.pool.clear(torch.tensor([slot], device=self.device), self._start)
+
+    @torch.inference_mode()
+    def reset_decoder(self, slots: list[int]) -> None:
+        """Endpoints: these streams' predictors start a new utterance; their encoder caches go on."""
+        index = upload(self.device, slots)[0]
+        for name, value in self._start.items():
+            rows = self.pool.tensors[name]
+            rows.index_copy_(0, index, value.to(rows.dtype).expand(len(slots), *value.shape))
+
+    @torch.inference_mode()
+    def step(self, batch: ChunkBatch, windows: list[np.ndarray]) -> ChunkTokens:
+        """One chunk of every row of ``batch``; windows: each row's samples (``StreamAudio.window``)."""
+        geometry = self.geometry(batch.lookahead)
+        rows = batch.rows
+        num_frames, past = geometry.feature_frames, geometry.past_frames
+        frame = np.arange(num_frames)
+        keep = [(frame >= r.lead_frames) & (frame < r.real_frames) for r in rows]
+        visible = [geometry.visible_past(r.chunk_index) for r in rows]
+        past_valid = [np.arange(past) >= past - n for n in visible]
+        slots, first, keep_t, past_t = upload(self.device, [r.slot for r in rows], [r.chunk_index == 0 for r in rows],
+                                              np.stack(keep), np.stack(past_valid))
+        samples = upload_tensor(torch.from_numpy(np.stack(windows)), self.device)
+        mel = self.loaded.features.window_frames(samples).transpose(1, 2)  # [B, K, n_mels]
+        mel = mel * keep_t.view(len(rows), num_frames, 1).to(mel.dtype)
+        state = self.pool.gather(slots)
+        hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
+                                                     past_t.view(len(rows), past).bool(), geometry)
+        prompts = [r.prompt_id for r in rows]
+        prompt_ids = None if all(p is None for p in prompts) else upload(self.device, prompts)[0]
+        frames = self.model.project_encoder(self.model.fuse_prompt(hidden, prompt_ids))
+        out, predictor = self.model.predictor_from_rows(state)
+        tokens = decode_chunk(self.model, frames, out, predictor, max_symbols=self.model.max_symbols_per_step)
+        new_state.update(self.model.predictor_rows(tokens.predictor_out, tokens.state))
+        self.pool.scatter(slots, new_state)
+        return tokens

@@ -1,0 +1,205 @@
+"""``StreamingEngine``: live audio in, partial and final results out, a step at a time; offline requests beside.
+
+Open a stream (``StreamOptions``: the lookahead, the language, endpointing), push audio of any length whenever
+it arrives, ``close`` when it ends (its last chunk is padded and decoded) or ``abort`` it (its slot is freed at
+once, with no further events). Each ``step`` encodes one chunk of every ready stream of one lookahead in one
+forward, and returns a ``StreamEvent`` per stream that moved: the tokens decided in that step, and ``final`` at
+the end of an utterance (an endpoint, or the stream's end). Whole files (``add_request``) go through an
+``ASREngine`` on the same model, stepped in the same ``step``.
+
+A model that cannot stream is refused when the engine is built.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine
+from oasr.engine.request import RequestOutput
+from oasr.errors import OASRError
+from oasr.models.capabilities import capabilities_of, check_options
+from oasr.models.loader import LoadedModel
+from oasr.streaming import STREAMING_RUNTIMES
+from oasr.streaming.endpointing import EndpointConfig, Endpointer
+from oasr.streaming.scheduler import StreamRecord, StreamScheduler
+from oasr.types import DecodeOptions
+
+
+class StreamingUnsupportedError(OASRError):
+    """The model's encoder cannot stream (it declares no streaming runtime)."""
+
+
+class StreamCapacityError(OASRError):
+    """Every stream slot is taken."""
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    max_streams: int = 64  # stream slots: each holds one stream's encoder caches and predictor context
+    max_batch: int = 1024  # streams encoded in one step, at most
+
+    def __post_init__(self) -> None:
+        if self.max_streams < 1 or self.max_batch < 1:
+            raise ValueError("max_streams and max_batch must be at least 1")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    lookahead: int | None = None  # encoder frames of right context; None: the checkpoint's default
+    language: str | None = None  # for models that take a language prompt; None: theirs (often "auto")
+    endpointing: EndpointConfig | None = None  # None: one utterance per stream
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    stream_id: str
+    utterance: int  # the utterance's index within its stream
+    new_token_ids: tuple[int, ...]  # decided in this step
+    token_ids: tuple[int, ...]  # the utterance's tokens so far
+    text: str  # the utterance's text so far
+    start_s: float  # where the utterance begins in the stream's audio
+    end_s: float  # audio decided so far (the end of the last encoded chunk)
+    final: bool = False  # the utterance is over: no more tokens will join it
+    closed: bool = False  # the stream is over: this is its last event
+    endpoint: str | None = None  # the endpointing rule that ended the utterance
+
+
+@dataclass(frozen=True)
+class StepResult:
+    events: list[StreamEvent] = field(default_factory=list)
+    outputs: list[RequestOutput] = field(default_factory=list)  # offline requests that changed
+
+
+class StreamingEngine:
+    def __init__(self, loaded: LoadedModel, config: StreamingConfig | None = None,
+                 engine_config: EngineConfig | None = None) -> None:
+        self.loaded = loaded
+        self.config = config or StreamingConfig()
+        self.capabilities = capabilities_of(type(loaded.model))
+        if self.capabilities.streaming is None:
+            raise StreamingUnsupportedError(
+                f"{loaded.name} ({loaded.architecture}) cannot stream: its encoder sees the whole input (no "
+                f"streaming runtime is declared for it); use whole-file transcription, or a cache-aware "
+                f"checkpoint such as nemotron_asr_streaming")
+        self.runtime = STREAMING_RUNTIMES.get(self.capabilities.streaming)(loaded, self.config.max_streams)
+        self.scheduler = StreamScheduler(self.config.max_streams, self.config.max_batch)
+        self._engine_config = engine_config
+        self._offline: ASREngine | None = None
+        self._ids = itertools.count()
+
+    # -- streams ------------------------------------------------------------------------------------------
+    def open(self, options: StreamOptions | None = None, stream_id: str | None = None) -> str:
+        options = options or StreamOptions()
+        check_options(self.capabilities, DecodeOptions(language=options.language), self.loaded.name)
+        lookahead = self.runtime.default_lookahead if options.lookahead is None else options.lookahead
+        try:
+            geometry = self.runtime.geometry(lookahead)
+        except ValueError as error:
+            raise OASRError(f"lookahead {lookahead}: {error}") from None
+        stream_id = stream_id if stream_id is not None else f"stream-{next(self._ids)}"
+        if stream_id in self.scheduler.streams:
+            raise OASRError(f"stream id {stream_id!r} is already open")
+        prompt = self.loaded.model.prompt_id(DecodeOptions(language=options.language))
+        slot = self.scheduler.take_slot()
+        if slot is None:
+            raise StreamCapacityError(f"all {self.config.max_streams} stream slots are taken")
+        endpointer = None if options.endpointing is None else Endpointer(options.endpointing, geometry.frame_seconds)
+        self.runtime.open(slot)
+        self.scheduler.add(StreamRecord(stream_id, slot, geometry, self.runtime.new_audio(), prompt, endpointer))
+        return stream_id
+
+    def push(self, stream_id: str, audio: np.ndarray) -> None:
+        """Appends 16 kHz mono float samples to an open stream."""
+        self._record(stream_id).audio.push(audio)
+
+    def close(self, stream_id: str) -> None:
+        """No more audio: the stream's last chunk is decoded (padded) and its last event has ``closed``."""
+        self._record(stream_id).audio.close()
+
+    def abort(self, stream_id: str) -> None:
+        """Ends a stream now: its slot is free for the next one and it gets no more events."""
+        self._record(stream_id)
+        self.scheduler.remove(stream_id)
+
+    def _record(self, stream_id: str) -> StreamRecord:
+        record = self.scheduler.streams.get(stream_id)
+        if record is None:
+            raise OASRError(f"no open stream {stream_id!r}")
+        return record
+
+    @property
+    def num_streams(self) -> int:
+        return len(self.scheduler.streams)
+
+    # -- offline requests ---------------------------------------------------------------------------------
+    @property
+    def offline(self) -> ASREngine:
+        """The engine whole files go through (built when first needed)."""
+        if self._offline is None:
+            self._offline = ASREngine(self.loaded, self._engine_config)
+        return self._offline
+
+    def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None,
+                    request_id: str | None = None) -> str:
+        return self.offline.add_request(audio, options, request_id)
+
+    # -- the loop -----------------------------------------------------------------------------------------
+    def has_unfinished(self) -> bool:
+        return bool(self.scheduler.streams) or (self._offline is not None and self._offline.has_unfinished())
+
+    def step(self) -> StepResult:
+        outputs = self._offline.step() if self._offline is not None and self._offline.has_unfinished() else []
+        events = self._stream_step()
+        for stream_id in self.scheduler.exhausted():  # closed streams with nothing left to encode
+            events.append(self._finish(self.scheduler.remove(stream_id), [], closed=True))
+        return StepResult(events, outputs)
+
+    def _stream_step(self) -> list[StreamEvent]:
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return []
+        records = [self.scheduler.streams[row.stream_id] for row in batch.rows]
+        windows = [r.audio.window(row.first_frame, r.geometry.feature_frames) for r, row in zip(records, batch.rows)]
+        decoded = self.runtime.step(batch, windows)
+        events, resets = [], []
+        for record, new, frames in zip(records, decoded.token_ids, decoded.token_frames, strict=True):
+            record.num_chunks += 1
+            record.audio.discard_before(record.chunk_range(record.num_chunks)[0])
+            record.tokens.extend(new)
+            endpoint = self._endpoint(record, frames)
+            if endpoint is not None:
+                events.append(self._finish(record, new, closed=False, endpoint=endpoint))
+                resets.append(record.slot)
+            elif new:
+                events.append(self._event(record, new))
+        if resets:
+            self.runtime.reset_decoder(resets)
+        return events
+
+    def _endpoint(self, record: StreamRecord, token_frames: list[int]) -> str | None:
+        if record.endpointer is None:
+            return None
+        emitted = [False] * record.geometry.chunk_frames
+        for frame in token_frames:
+            emitted[frame] = True
+        fired = record.endpointer.update(emitted)
+        return None if fired is None else (fired.rule.name or f"rule{fired.rule_index + 1}")
+
+    def _event(self, record: StreamRecord, new: list[int], **flags) -> StreamEvent:
+        g = record.geometry
+        return StreamEvent(record.stream_id, record.utterance, tuple(new), tuple(record.tokens),
+                           self.loaded.tokenizer.decode(record.tokens), record.utterance_start_frame * g.frame_seconds,
+                           min(record.encoded_frames * g.frame_seconds, record.audio.num_samples / self.runtime.sample_rate), **flags)
+
+    def _finish(self, record: StreamRecord, new: list[int], *, closed: bool, endpoint: str | None = None
+                ) -> StreamEvent:
+        """The utterance's final event; the stream starts its next utterance (or is over)."""
+        event = self._event(record, new, final=True, closed=closed, endpoint=endpoint)
+        record.utterance += 1
+        record.tokens = []
+        record.utterance_start_frame = record.encoded_frames
+        return event
