@@ -96,3 +96,21 @@ def reference_greedy(model, x: torch.Tensor, lengths: torch.Tensor) -> list[list
         steps = [int(row[i]) for i in range(1, len(row)) if frame[i] < length]  # step 0 is the start token
         ids.append([t for t in steps if t != config.blank_token_id])
     return ids
+
+
+def mel_chunks(features: torch.Tensor, lookahead: int, subsampling_factor: int = 8):
+    """features [1, T, n_mels] -> the chunks transformers' streaming ``generate`` takes: 1 + 8r frames, then
+    8(r + 1) each, the last zero-padded to its size."""
+    first, size = 1 + subsampling_factor * lookahead, subsampling_factor * (lookahead + 1)
+    yield torch.nn.functional.pad(features[:, :first], (0, 0, 0, max(0, first - features.shape[1])))
+    for start in range(first, features.shape[1], size):
+        chunk = features[:, start : start + size]
+        yield torch.nn.functional.pad(chunk, (0, 0, 0, size - chunk.shape[1]))
+
+
+@torch.no_grad()
+def reference_streamed(model, features: torch.Tensor, lookahead: int) -> list[int]:
+    """transformers' streaming ``generate`` over one input's real features [1, T, n_mels], blanks dropped."""
+    out = model.generate(input_features=mel_chunks(features, lookahead), num_lookahead_tokens=lookahead,
+                         max_new_tokens=10**6)
+    return [t for t in out.sequences[0, 1:].tolist() if t != model.config.blank_token_id]

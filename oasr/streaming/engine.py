@@ -191,9 +191,13 @@ class StreamingEngine:
 
     def _event(self, record: StreamRecord, new: list[int], **flags) -> StreamEvent:
         g = record.geometry
+        # Encoder frame j stands for the audio from j frames on; the last chunk's padding runs past the end.
+        end_s = record.encoded_frames * g.frame_seconds
+        if record.audio.closed:
+            end_s = min(end_s, record.audio.num_samples / self.runtime.sample_rate)
         return StreamEvent(record.stream_id, record.utterance, tuple(new), tuple(record.tokens),
                            self.loaded.tokenizer.decode(record.tokens), record.utterance_start_frame * g.frame_seconds,
-                           min(record.encoded_frames * g.frame_seconds, record.audio.num_samples / self.runtime.sample_rate), **flags)
+                           end_s, **flags)
 
     def _finish(self, record: StreamRecord, new: list[int], *, closed: bool, endpoint: str | None = None
                 ) -> StreamEvent:

@@ -1,0 +1,189 @@
+"""Streams through the cache-aware runtime against transformers' own streaming ``generate``: a tiny random
+``NemotronAsrStreamingForRNNT`` checkpoint, audio pushed in pieces of random sizes, several streams at once; the
+engine's bookkeeping (slots, join and leave, abort, endpoints) and its refusal of models that cannot stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import oasr
+from oasr.engine.engine import ASREngine
+from oasr.errors import OASRError
+from oasr.models.loader import LoadedModel
+from oasr.streaming.endpointing import EndpointConfig, EndpointRule
+from oasr.streaming.engine import (
+    StreamCapacityError,
+    StreamingConfig,
+    StreamingEngine,
+    StreamingUnsupportedError,
+    StreamOptions,
+)
+from oasr.types import DecodeOptions
+from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_streamed, save
+
+
+@dataclass
+class Setup:
+    reference: torch.nn.Module
+    loaded: LoadedModel
+    audio: list[np.ndarray]
+    features: list[torch.Tensor]  # each clip's real reference features [1, T, n_mels]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    reference = build_reference()
+    loaded = oasr.from_pretrained(save(reference, tmp_path_factory.mktemp("nemotron")), device="cpu",
+                                  dtype="float32")
+    audio = clips()
+    x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), audio)
+    return Setup(reference, loaded, audio, [x[i : i + 1, : int(n)] for i, n in enumerate(lengths)])
+
+
+def run_streams(engine: StreamingEngine, audio: dict[str, np.ndarray], seed: int,
+                opens_at: dict[str, int] | None = None, options: StreamOptions | None = None
+                ) -> dict[str, list]:
+    """Feeds each stream in pieces of random sizes, stream ``s`` joining at step ``opens_at[s]``; -> the events
+    of every stream."""
+    rng = np.random.default_rng(seed)
+    opens_at = opens_at or {}
+    position = dict.fromkeys(audio, 0)
+    events: dict[str, list] = {s: [] for s in audio}
+    step = 0
+    while step == 0 or engine.has_unfinished() or any(s not in engine.scheduler.streams and position[s] == 0
+                                                      for s in audio):
+        for s, samples in audio.items():
+            if opens_at.get(s, 0) == step and position[s] == 0:
+                engine.open(options, stream_id=s)
+            if s in engine.scheduler.streams and position[s] < len(samples):
+                size = int(rng.integers(50, 5000))
+                engine.push(s, samples[position[s] : position[s] + size])
+                position[s] += size
+                if position[s] >= len(samples):
+                    engine.close(s)
+        for event in engine.step().events:
+            events[event.stream_id].append(event)
+        step += 1
+    return events
+
+
+def tokens_of(events: list) -> list[int]:
+    return [t for e in events for t in e.new_token_ids]
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 13])
+def test_streamed_tokens_equal_transformers_streaming_generate(setup: Setup, lookahead: int) -> None:
+    expected = [reference_streamed(setup.reference, f, lookahead) for f in setup.features]
+    assert len({tuple(e) for e in expected}) == len(expected) and all(len(set(e)) >= 5 for e in expected)
+    engine = StreamingEngine(setup.loaded)
+    events = run_streams(engine, {f"s{i}": a for i, a in enumerate(setup.audio)}, seed=lookahead,
+                         options=StreamOptions(lookahead=lookahead))
+    assert [tokens_of(events[f"s{i}"]) for i in range(len(expected))] == expected
+    for i, stream_events in enumerate(events.values()):
+        last = stream_events[-1]
+        assert last.final and last.closed and sum(e.closed for e in stream_events) == 1
+        assert list(last.token_ids) == expected[i]
+        assert last.text == setup.loaded.tokenizer.decode(expected[i])
+
+
+def test_streams_that_join_and_leave_mid_run_each_get_what_they_get_alone(setup: Setup) -> None:
+    alone = {}
+    for i, samples in enumerate(setup.audio):
+        alone[f"s{i}"] = tokens_of(run_streams(StreamingEngine(setup.loaded), {f"s{i}": samples}, seed=i)[f"s{i}"])
+    # Three slots for three streams of 11, 3 and 5 s; the second joins late and leaves first, the third joins
+    # after the first has run for a while.
+    engine = StreamingEngine(setup.loaded, StreamingConfig(max_streams=3))
+    events = run_streams(engine, {f"s{i}": a for i, a in enumerate(setup.audio)}, seed=7,
+                         opens_at={"s0": 0, "s1": 9, "s2": 4})
+    assert {s: tokens_of(e) for s, e in events.items()} == alone
+    assert engine.scheduler.num_free_slots == 3 and not engine.has_unfinished()
+
+
+def test_an_aborted_stream_frees_its_slot_and_leaves_nothing_behind(setup: Setup) -> None:
+    engine = StreamingEngine(setup.loaded, StreamingConfig(max_streams=1))
+    engine.open(stream_id="first")
+    engine.push("first", setup.audio[0][: 16000 * 2])
+    for _ in range(5):
+        engine.step()
+    assert engine.scheduler.streams["first"].num_chunks > 0
+    with pytest.raises(StreamCapacityError, match="1 stream slots"):
+        engine.open(stream_id="second")
+    engine.abort("first")
+    assert engine.scheduler.num_free_slots == 1 and not engine.has_unfinished()
+    with pytest.raises(OASRError, match="no open stream"):
+        engine.push("first", setup.audio[0][:160])
+    # The slot's next stream starts from nothing: it decodes as it would on a fresh engine.
+    events = run_streams(engine, {"second": setup.audio[1]}, seed=3)
+    fresh = run_streams(StreamingEngine(setup.loaded), {"second": setup.audio[1]}, seed=3)
+    assert tokens_of(events["second"]) == tokens_of(fresh["second"]) and tokens_of(fresh["second"])
+
+
+def test_endpoints_end_utterances_and_restart_the_decoder(setup: Setup) -> None:
+    # Only the maximum-length rule, so where endpoints fall does not depend on what the random model emits:
+    # every 0.48 s (6 frames of 80 ms, 3 chunks of lookahead 1).
+    rule = EndpointRule(must_contain_speech=False, min_trailing_silence_s=0.0, min_utterance_s=0.48,
+                        name="max_utterance")
+    options = StreamOptions(lookahead=1, endpointing=EndpointConfig(rules=(rule,)))
+    events = run_streams(StreamingEngine(setup.loaded), {"s": setup.audio[1]}, seed=0, options=options)["s"]
+    finals = [e for e in events if e.final]
+    assert [e.endpoint for e in finals[:-1]] == ["max_utterance"] * (len(finals) - 1) and len(finals) > 5
+    assert [e.utterance for e in finals] == list(range(len(finals)))
+    assert all(f.end_s - f.start_s == pytest.approx(0.48) for f in finals[:-1])
+    # Before its first endpoint a stream decodes as one without endpointing; after it, the decoder starts
+    # afresh, so what follows differs from the unbroken stream's tokens.
+    unbroken = tokens_of(run_streams(StreamingEngine(setup.loaded), {"s": setup.audio[1]}, seed=0,
+                                     options=StreamOptions(lookahead=1))["s"])
+    first = list(finals[0].token_ids)
+    assert unbroken[: len(first)] == first
+    assert [t for f in finals for t in f.token_ids] != unbroken
+
+
+def test_streams_run_beside_whole_file_requests(setup: Setup) -> None:
+    alone = ASREngine(setup.loaded)
+    alone.add_request(setup.audio[2], DecodeOptions(), request_id="file")
+    expected = None
+    while alone.has_unfinished():
+        expected = next((o.token_ids for o in alone.step() if o.finished), expected)
+    assert expected
+    engine = StreamingEngine(setup.loaded)
+    engine.add_request(setup.audio[2], DecodeOptions(), request_id="file")
+    engine.open(StreamOptions(lookahead=1), stream_id="live")
+    engine.push("live", setup.audio[1])
+    engine.close("live")
+    finished, events = [], []
+    while engine.has_unfinished():
+        result = engine.step()
+        finished += [o for o in result.outputs if o.finished]
+        events += result.events
+    assert [o.token_ids for o in finished] == [expected]
+    assert tokens_of(events) == reference_streamed(setup.reference, setup.features[1], 1)
+
+
+def test_a_model_that_cannot_stream_is_refused_when_the_engine_is_built() -> None:
+    loaded = oasr.from_pretrained("tiny.en", device="cpu", dtype="float32")
+    with pytest.raises(StreamingUnsupportedError, match="cannot stream"):
+        StreamingEngine(loaded)
+
+
+def test_bad_stream_input_is_refused_and_the_stream_goes_on(setup: Setup) -> None:
+    engine = StreamingEngine(setup.loaded)
+    engine.open(stream_id="s")
+    with pytest.raises(ValueError, match="1-D"):
+        engine.push("s", np.zeros((2, 160), dtype=np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        engine.push("s", np.array([0.0, np.nan], dtype=np.float32))
+    with pytest.raises(OASRError, match="already open"):
+        engine.open(stream_id="s")
+    engine.push("s", setup.audio[1])
+    engine.close("s")
+    with pytest.raises(ValueError, match="closed"):
+        engine.push("s", setup.audio[1][:10])
+    events = []
+    while engine.has_unfinished():
+        events += engine.step().events
+    assert tokens_of(events) == reference_streamed(setup.reference, setup.features[1], 2)
