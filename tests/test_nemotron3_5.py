@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import oasr
+from oasr.cli import main
 from oasr.engine.config import EngineConfig, SchedulerConfig
 from oasr.engine.engine import ASREngine
 from oasr.errors import UnsupportedOptionError
@@ -24,7 +25,15 @@ from oasr.models.converters.native import save_native
 from oasr.models.loader import LoadedModel, read_checkpoint, resolve_source
 from oasr.models.nemotron3_5.prompts import DEFAULT_PROMPT_DICTIONARY
 from oasr.types import DecodeOptions
-from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_greedy, save
+from nemotron_reference import (
+    JFK,
+    build_reference,
+    clips,
+    feature_extractor,
+    reference_features,
+    reference_greedy,
+    save,
+)
 from parakeet_reference import attention_mask
 
 TOLERANCE = 1e-4
@@ -152,6 +161,14 @@ def test_rows_of_one_batch_keep_their_own_language(pair: Pair) -> None:
     engine.add_request(audio[1], DecodeOptions(), request_id="auto")
     outputs = {o.request_id: o.token_ids for o in engine.step()}
     assert outputs == {"de": expected[0], "auto": expected[1]}
+
+
+def test_cli_language_conditions_the_transcript(pair: Pair, capsys) -> None:
+    expected = reference_greedy(pair.reference, pair.x[:1], pair.lengths[:1], prompt_ids=prompts(GERMAN, 1))[0]
+    assert main(["transcribe", str(JFK), "--model", str(pair.directory), "--device", "cpu", "--language", "de",
+                 "--output-format", "jsonl"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["text"] == pair.loaded.tokenizer.decode(expected).strip()
 
 
 def test_an_unknown_language_is_refused_when_the_request_is_made(pair: Pair) -> None:
