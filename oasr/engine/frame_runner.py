@@ -26,6 +26,7 @@ from oasr.engine.runners import RUNNERS
 from oasr.engine.step import EncodeResult, RunnerOutput, SchedulerOutput
 from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import capabilities_of, check_options
+from oasr.models.frame_sync import FrameSyncModel
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
@@ -72,6 +73,8 @@ class FrameSyncRunner:
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
         self.model = loaded.model
+        if not isinstance(self.model, FrameSyncModel):  # the prompt seam below is declared there
+            raise TypeError(f"{loaded.architecture}: a frame_sync architecture must subclass FrameSyncModel")
         self.device = loaded.device
         self.capabilities = capabilities_of(type(self.model))
         strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)
