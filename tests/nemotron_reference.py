@@ -1,11 +1,13 @@
-"""A tiny random transformers Nemotron ASR streaming model (``NemotronAsrStreamingForRNNT``) built from OASR's
-tiny config, its feature extractor, and its own offline greedy decoding, for the parity tests.
+"""Tiny random transformers Nemotron models (``NemotronAsrStreamingForRNNT``, ``Nemotron3_5AsrForRNNT``) built
+from OASR's tiny configs, their feature extractor, and their own offline greedy decoding, for the parity tests.
 
 The weights are randomized and the joint's encoder side calibrated as Parakeet's (``parakeet_reference.randomize``),
 on the features the tests decode. On real audio that alone leaves a random predictor too weak to matter: every
 frame emits its token max_symbols_per_step times. ``counter_repeats`` sets the predictor's output projection so
 that having just emitted a token pushes the joint away from that token, and the reference then emits a varied mix
-of tokens and blanks (runs of at most a few).
+of tokens and blanks (runs of at most a few). Nemotron 3.5's prompt projector is randomized the same way, which
+leaves the one-hot prompt a small share of its input; ``prompt_gain`` scales the prompt's columns of
+``linear_1`` so that the language changes the tokens.
 """
 
 from __future__ import annotations
@@ -19,10 +21,15 @@ import transformers
 import oasr
 from oasr.audio import load_audio
 from oasr.models import ARCHITECTURES
-from parakeet_reference import attention_mask, randomize, write_tokenizer
+from parakeet_reference import attention_mask, calibrate_heads, randomize_weights, reference_tokenizer, write_tokenizer
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 SEED, BLANK_BIAS, REPEAT_PENALTY = 1, 5.0, 6.0
+# OASR architecture -> the transformers (config, model) classes of the same checkpoint layout.
+_CLASSES = {
+    "nemotron_asr_streaming": (transformers.NemotronAsrStreamingConfig, transformers.NemotronAsrStreamingForRNNT),
+    "nemotron3_5_asr": (transformers.Nemotron3_5AsrConfig, transformers.Nemotron3_5AsrForRNNT),
+}
 
 
 def clips() -> list[np.ndarray]:
@@ -41,24 +48,51 @@ def reference_features(extractor, audio: list[np.ndarray]) -> tuple[torch.Tensor
     return out.input_features, out.attention_mask.sum(-1)
 
 
-def build_reference(**encoder_fields) -> transformers.NemotronAsrStreamingForRNNT:
-    """The tiny config's model, randomized and calibrated; ``encoder_fields`` override its encoder's."""
-    config = ARCHITECTURES.get("nemotron_asr_streaming").tiny_config()
+def build_reference(architecture: str = "nemotron_asr_streaming", prompt_gain: float = 1.0,
+                    calibration_prompts: tuple[int, ...] = (), **encoder_fields) -> transformers.PreTrainedModel:
+    """The architecture's tiny config as the transformers model, randomized and calibrated; ``encoder_fields``
+    override its encoder's. Nemotron 3.5: ``prompt_gain`` scales the prompt projector's one-hot columns, and the
+    joint is calibrated on the clips under each of ``calibration_prompts`` (so that each decodes a varied mix,
+    not only the default prompt)."""
+    config = ARCHITECTURES.get(architecture).tiny_config()
     values = config.to_dict()
     values.pop("model_type")
+    values.pop("prompt_dictionary", None)  # the processor's, not the model config's
     values["encoder_config"].update(encoder_fields)
+    config_cls, model_cls = _CLASSES[architecture]
     torch.manual_seed(SEED)
-    model = transformers.NemotronAsrStreamingForRNNT(
-        transformers.NemotronAsrStreamingConfig(**values, decoder_start_token_id=config.blank_id)
-    ).eval()
+    model = model_cls(config_cls(**values, decoder_start_token_id=config.blank_id)).eval()
+    randomize_weights(model)
+    if architecture == "nemotron3_5_asr":
+        bend_by_prompt(model.prompt_projector, config.encoder_config.hidden_size, prompt_gain)
     x, lengths = reference_features(feature_extractor(config.num_mel_bins), clips())
-    randomize(model, "rnnt", BLANK_BIAS, 0.0, calibration=(x, lengths))
+    if calibration_prompts:
+        prompt_ids = torch.tensor(calibration_prompts).repeat_interleave(len(lengths))
+        num = len(calibration_prompts)
+        calibrate_heads(model, "rnnt", BLANK_BIAS, 0.0, calibration=(x.repeat(num, 1, 1), lengths.repeat(num)),
+                        prompt_ids=prompt_ids)
+    else:
+        calibrate_heads(model, "rnnt", BLANK_BIAS, 0.0, calibration=(x, lengths))
     counter_repeats(model, REPEAT_PENALTY)
     return model
 
 
 @torch.no_grad()
-def counter_repeats(model: transformers.NemotronAsrStreamingForRNNT, penalty: float) -> None:
+def bend_by_prompt(projector: torch.nn.Module, hidden: int, gain: float) -> None:
+    """Makes ``linear_2(relu(linear_1([h, one_hot(p)])))`` the identity, ``relu(h) - relu(-h)``, bent per prompt:
+    prompt p adds ``gain`` times its random column of ``linear_1`` before the ReLU, which moves each dimension's
+    kinks. A random MLP instead would squash the frames that the random encoder tells apart (blanks throughout)."""
+    assert projector.linear_1.out_features == 2 * hidden, "the identity needs an intermediate of twice the width"
+    eye = torch.eye(hidden)
+    projector.linear_1.weight[:, :hidden] = torch.cat([eye, -eye])
+    projector.linear_1.weight[:, hidden:] *= gain
+    projector.linear_1.bias.zero_()
+    projector.linear_2.weight.copy_(torch.cat([eye, -eye], 1))
+    projector.linear_2.bias.zero_()
+
+
+@torch.no_grad()
+def counter_repeats(model: transformers.PreTrainedModel, penalty: float) -> None:
     """Fits ``decoder.decoder_projector`` (least squares) so the predictor's output after the start token then
     token t is ``-penalty`` times t's unit joint row: the token just emitted scores lower at the next step."""
     decoder, config = model.decoder, model.config
@@ -74,21 +108,27 @@ def counter_repeats(model: transformers.NemotronAsrStreamingForRNNT, penalty: fl
     decoder.decoder_projector.bias.copy_(solution[-1])
 
 
-def save(model: transformers.NemotronAsrStreamingForRNNT, directory: Path) -> Path:
+def save(model: transformers.PreTrainedModel, directory: Path) -> Path:
+    """The checkpoint as ``save_pretrained`` writes it; Nemotron 3.5's with its processor (``processor_config.json``
+    holds the language -> prompt table), which rewrites the same tokenizer."""
     model.save_pretrained(directory)
-    feature_extractor(model.config.encoder_config.num_mel_bins).save_pretrained(directory)
+    extractor = feature_extractor(model.config.encoder_config.num_mel_bins)
+    extractor.save_pretrained(directory)
     write_tokenizer(directory / "tokenizer.json", "<blank>")
+    if model.config.model_type == "nemotron3_5_asr":
+        tokenizer = reference_tokenizer(directory / "tokenizer.json", "<blank>")
+        transformers.Nemotron3_5AsrProcessor(extractor, tokenizer).save_pretrained(directory)
     return directory
 
 
 @torch.no_grad()
-def reference_greedy(model, x: torch.Tensor, lengths: torch.Tensor) -> list[list[int]]:
+def reference_greedy(model, x: torch.Tensor, lengths: torch.Tensor, **inputs) -> list[list[int]]:
     """transformers' offline ``generate``, each row cut where its frame pointer passes its encoder length (it
-    keeps stepping exhausted rows), blanks dropped."""
+    keeps stepping exhausted rows), blanks dropped. ``inputs``: more model inputs (Nemotron 3.5's ``prompt_ids``)."""
     mask = attention_mask(lengths)
     config = model.config
-    encoder_lengths = model.get_audio_features(input_features=x, attention_mask=mask).attention_mask.sum(-1)
-    out = model.generate(input_features=x, attention_mask=mask,
+    encoder_lengths = model.get_audio_features(input_features=x, attention_mask=mask, **inputs).attention_mask.sum(-1)
+    out = model.generate(input_features=x, attention_mask=mask, **inputs,
                          max_new_tokens=int(encoder_lengths.max()) * config.max_symbols_per_step + 1)
     ids = []
     for row, durations, length in zip(out.sequences, out.durations, encoder_lengths, strict=True):

@@ -61,6 +61,13 @@ def build_reference(kind: str) -> torch.nn.Module:
 def randomize(model: torch.nn.Module, kind: str, blank_bias: float, zero_duration_penalty: float,
               calibration: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """``calibration``: the (features [B, T, n_mels], lengths [B]) the joint is centred on; default ``features``."""
+    randomize_weights(model)
+    calibrate_heads(model, kind, blank_bias, zero_duration_penalty, calibration)
+
+
+@torch.no_grad()
+def randomize_weights(model: torch.nn.Module) -> None:
+    """Unit-gain random weights, perturbed norms and biases, and real batch-norm running statistics."""
     for name, p in model.named_parameters():
         if p.dim() >= 2:
             p.normal_(0.0, p[0].numel() ** -0.5)
@@ -72,13 +79,20 @@ def randomize(model: torch.nn.Module, kind: str, blank_bias: float, zero_duratio
         if isinstance(module, torch.nn.BatchNorm1d):  # real running statistics, so inference BN is exercised
             module.running_mean.normal_(0.0, 0.1)
             module.running_var.uniform_(0.5, 1.5)
+
+
+@torch.no_grad()
+def calibrate_heads(model: torch.nn.Module, kind: str, blank_bias: float, zero_duration_penalty: float,
+                    calibration: tuple[torch.Tensor, torch.Tensor] | None = None, **inputs) -> None:
+    """Biases the blank; for transducers, centres and scales the joint's encoder side on ``calibration``
+    (``inputs``: more inputs of ``get_audio_features`` for that batch, as Nemotron 3.5's ``prompt_ids``)."""
     config = model.config
     if kind == "ctc":
         model.ctc_head.bias[config.pad_token_id] += blank_bias
         return
     # Centre and scale the encoder side of the joint so frames, not the predictor's constant offset, decide.
     x, lengths = calibration or features(config.encoder_config.num_mel_bins)
-    out = model.get_audio_features(input_features=x, attention_mask=attention_mask(lengths))
+    out = model.get_audio_features(input_features=x, attention_mask=attention_mask(lengths), **inputs)
     frames = out.pooler_output[out.attention_mask.bool()]
     model.encoder_projector.bias.sub_(frames.mean(0))
     gain = 2.0 / frames.std(0)

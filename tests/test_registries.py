@@ -15,6 +15,7 @@ from oasr.layers import apply_backend, kernel_gaps
 from oasr.models import ARCHITECTURES, CONVERTERS
 from oasr.engine.runners import RUNNERS
 from oasr.models.capabilities import capabilities_of
+from oasr.models.frame_sync import FrameSyncModel
 from oasr.registry import Registry, UnknownEntryError
 from oasr.tokenizers import TOKENIZERS
 
@@ -90,6 +91,13 @@ def test_every_registered_decode_strategy_is_reachable_from_an_architecture() ->
 def test_every_runner_kind_serves_an_architecture() -> None:
     served = {capabilities_of(arch).runner for _, arch in ARCHITECTURES.items()}
     assert set(RUNNERS.names()) == served
+
+
+def test_every_frame_synchronous_architecture_has_the_prompt_seam() -> None:
+    """The frame runner calls ``prompt_id`` and ``fuse_prompt`` on every model it serves, without probing."""
+    frame_sync = [name for name, arch in ARCHITECTURES.items() if capabilities_of(arch).runner == "frame_sync"]
+    assert {"parakeet_ctc", "parakeet_rnnt", "nemotron3_5_asr"} <= set(frame_sync)
+    assert [name for name in frame_sync if not issubclass(ARCHITECTURES.get(name), FrameSyncModel)] == []
 
 
 def test_a_searching_strategy_is_what_serves_beam_size() -> None:

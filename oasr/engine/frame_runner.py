@@ -26,6 +26,7 @@ from oasr.engine.runners import RUNNERS
 from oasr.engine.step import EncodeResult, RunnerOutput, SchedulerOutput
 from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import capabilities_of, check_options
+from oasr.models.frame_sync import FrameSyncModel
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
 
@@ -36,9 +37,10 @@ WINDOW_SECONDS = 60
 class LaunchedStep:
     """A launched step: ``wait`` reads its tokens back and reports them as the step's ``RunnerOutput``."""
 
-    def __init__(self, rows: list[tuple[str, int]], tokens: list[tuple[list[int], PendingTokens]],
+    def __init__(self, rows: list[tuple[str, int, str | None]], tokens: list[tuple[list[int], PendingTokens]],
                  runner: FrameSyncRunner) -> None:
-        self.rows = rows  # (request id, token budget) per encode row
+        # (request id, token budget, language asked) per encode row; these models detect no language themselves.
+        self.rows = rows
         self.tokens = tokens  # (encode rows, their tokens on the way) per strategy launch
         self.runner = runner
 
@@ -51,8 +53,8 @@ class LaunchedStep:
         self.runner.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(
             encoded={
-                request_id: EncodeResult(tuple(ids[:budget]), finished=True)
-                for (request_id, budget), ids in zip(self.rows, token_ids, strict=True)
+                request_id: EncodeResult(tuple(ids[:budget]), language=language, finished=True)
+                for (request_id, budget, language), ids in zip(self.rows, token_ids, strict=True)
             }
         )
 
@@ -71,6 +73,8 @@ class FrameSyncRunner:
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
         self.model = loaded.model
+        if not isinstance(self.model, FrameSyncModel):  # the prompt seam below is declared there
+            raise TypeError(f"{loaded.architecture}: a frame_sync architecture must subclass FrameSyncModel")
         self.device = loaded.device
         self.capabilities = capabilities_of(type(self.model))
         strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)
@@ -91,6 +95,7 @@ class FrameSyncRunner:
 
     def check(self, options: DecodeOptions) -> None:
         check_options(self.capabilities, options, f"{self.loaded.name} ({self.loaded.architecture})")
+        self.model.prompt_id(options)  # a value the checkpoint has no prompt for is refused here, not mid-step
 
     def prompt_len_for(self, options: DecodeOptions) -> int:
         return self.prompt_len
@@ -109,7 +114,7 @@ class FrameSyncRunner:
         """Queues the step's work on the device; the returned step's ``wait`` reads its result."""
         start = time.perf_counter()
         batch = [requests[row.request_id] for row in out.encode]
-        rows = [(r.request_id, r.max_new_tokens) for r in batch]
+        rows = [(r.request_id, r.max_new_tokens, r.options.language) for r in batch]
         if not batch:
             return LaunchedStep(rows, [], self)
         audio = [r.audio for r in batch]
@@ -117,9 +122,17 @@ class FrameSyncRunner:
         # The same frame counts, known on the host: the encoder plans its layout without reading the device.
         lengths = self.loaded.features.frame_lengths(torch.tensor([len(a) for a in audio]))
         encoded = self._encoder(features.to(self.loaded.dtype), lengths)
+        encoded = EncoderOutput(self.model.fuse_prompt(encoded.hidden, self._prompt_ids(batch)), encoded.lengths)
         tokens = self._launch_strategies(batch, encoded)
         self.phase_seconds["encode"] += time.perf_counter() - start
         return LaunchedStep(rows, tokens, self)
+
+    def _prompt_ids(self, batch: list[Request]) -> torch.Tensor | None:
+        """int64 [B] per-row prompt ids on the device (looked up on the host), or None for a model without."""
+        ids = [self.model.prompt_id(r.options) for r in batch]
+        if all(i is None for i in ids):
+            return None
+        return torch.tensor(ids, dtype=torch.long).to(self.device, non_blocking=True)
 
     def _launch_strategies(self, batch: list[Request], encoded: EncoderOutput) -> list[tuple[list[int], PendingTokens]]:
         """The default strategy over the greedy rows, the searching one over each beam size's rows."""

@@ -17,6 +17,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "parakeet_rnnt": "oasr.models.fastconformer.transducer",
         "parakeet_tdt": "oasr.models.fastconformer.transducer",
         "nemotron_asr_streaming": "oasr.models.nemotron_streaming.model",
+        "nemotron3_5_asr": "oasr.models.nemotron3_5.model",
         "canary": "oasr.models.canary.model",
         "cohere_asr": "oasr.models.canary.model",
     },

@@ -16,8 +16,10 @@ What each runner kind calls:
   positions, self_cache, cross_cache)`` and ``logits(hidden)`` (the caches are ``oasr.layers.cache``'s seams);
   ``prompt_builder(config, tokenizer, name)``: the model's ``PromptBuilder``; for variable-length
   cross-attention, ``encoder_frames(num_feature_frames)``. The engine schedules one decode step per token.
-- ``frame_sync`` (CTC, RNN-T, TDT): ``encode(features, lengths) -> EncoderOutput`` plus the methods its decode
-  strategies document (``ctc_log_probs``; the transducer predictor and joint). Finishes in the encode walk.
+- ``frame_sync`` (CTC, RNN-T, TDT): ``encode(features, lengths) -> EncoderOutput``, then ``prompt_id(options)``
+  and ``fuse_prompt(hidden, prompt_ids)`` (declared with identity defaults on ``oasr.models.frame_sync.
+  FrameSyncModel``, which every such class subclasses), plus the methods its decode strategies document
+  (``ctc_log_probs``; the transducer predictor and joint). Finishes in the encode walk.
 - ``word_timing``: ``align_words(loaded, rows, features) -> words per row``.
 """
 

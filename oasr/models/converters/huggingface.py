@@ -24,6 +24,7 @@ _MODEL_TYPES = {
     "parakeet_rnnt": "parakeet_rnnt",
     "parakeet_tdt": "parakeet_tdt",
     "nemotron_asr_streaming": "nemotron_asr_streaming",
+    "nemotron3_5_asr": "nemotron3_5_asr",
     "canary": "canary",
     "cohere_asr": "cohere_asr",
 }
@@ -79,6 +80,9 @@ _RENAMES: dict[str, Renames] = {
 _DROPPED = re.compile(r"^preprocessor\.featurizer\.")
 # preprocessor_config.json, merged into the config under "preprocessor" for architectures whose frontend reads it.
 _PREPROCESSOR_TYPES = ("canary", "cohere_asr")
+# processor_config.json fields that belong to the model's config, per model_type: Nemotron 3.5's processor holds
+# the language -> prompt index table its model is conditioned with.
+_PROCESSOR_KEYS = {"nemotron3_5_asr": ("prompt_dictionary",)}
 
 
 @CONVERTERS.register("huggingface")
@@ -106,6 +110,10 @@ class HuggingFaceConverter:
         preprocessor_file = source.directory / "preprocessor_config.json"
         if model_type in _PREPROCESSOR_TYPES and preprocessor_file.is_file():
             config["preprocessor"] = json.loads(preprocessor_file.read_text())
+        processor_file = source.directory / "processor_config.json"
+        if model_type in _PROCESSOR_KEYS and processor_file.is_file():
+            processor = json.loads(processor_file.read_text())
+            config.update({k: processor[k] for k in _PROCESSOR_KEYS[model_type] if k in processor})
         state_dict, dropped = rename_keys(model_type, load_state_dict(find_weights(source.directory)))
         return Checkpoint(
             architecture=_MODEL_TYPES[model_type],

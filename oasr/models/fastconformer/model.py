@@ -10,7 +10,6 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from oasr.layers import Conv1d
 from oasr.models import ARCHITECTURES
@@ -18,10 +17,11 @@ from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import ModelCapabilities
 from oasr.models.fastconformer.config import ParakeetCTCConfig, tiny_ctc_config
 from oasr.models.fastconformer.encoder import FastConformerEncoder, example_features
+from oasr.models.frame_sync import FrameSyncModel
 
 
 @ARCHITECTURES.register("parakeet_ctc")
-class ParakeetForCTC(nn.Module):
+class ParakeetForCTC(FrameSyncModel):
     config_class = ParakeetCTCConfig
     feature_extractor = "nemo_logmel"
     tokenizer = "parakeet_hf_json"

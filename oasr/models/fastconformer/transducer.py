@@ -22,6 +22,7 @@ from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import ModelCapabilities
 from oasr.models.fastconformer.config import ParakeetRNNTConfig, ParakeetTDTConfig, tiny_rnnt_config, tiny_tdt_config
 from oasr.models.fastconformer.encoder import FastConformerEncoder, example_features
+from oasr.models.frame_sync import FrameSyncModel
 from oasr.streaming.geometry import StateField
 
 
@@ -62,7 +63,7 @@ class JointNetwork(nn.Module):
 
 
 @ARCHITECTURES.register("parakeet_rnnt")
-class ParakeetForRNNT(nn.Module):
+class ParakeetForRNNT(FrameSyncModel):
     config_class: ClassVar[type] = ParakeetRNNTConfig
     feature_extractor = "nemo_logmel"
     tokenizer = "parakeet_hf_json"
@@ -164,8 +165,9 @@ class ParakeetForRNNT(nn.Module):
         return LSTMPredictorState(state.hidden[:, index], state.cell[:, index])
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Joint logits [B, T', num_joint_outputs] of every frame against the start-of-sequence context (tests)."""
-        frames = self.project_encoder(self.encode(features, lengths).hidden)
+        """Joint logits [B, T', num_joint_outputs] of every frame against the start-of-sequence context (tests),
+        under the default prompt."""
+        frames = self.project_encoder(self.fuse_prompt(self.encode(features, lengths).hidden, None))
         start, _ = self.predictor_init(frames.shape[0], frames.device)
         return self.joint(frames, start[:, None, :])
 

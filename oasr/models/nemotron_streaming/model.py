@@ -20,7 +20,6 @@ from oasr.models.nemotron_streaming.config import NemotronAsrStreamingConfig, ti
 from oasr.models.nemotron_streaming.encoder import NemotronAsrStreamingEncoder
 from oasr.models.nemotron_streaming.stream import stream_geometry, stream_step
 from oasr.streaming.geometry import StreamGeometry
-from oasr.types import DecodeOptions
 
 
 @ARCHITECTURES.register("nemotron_asr_streaming")
@@ -51,10 +50,3 @@ class NemotronAsrStreamingForRNNT(ParakeetForRNNT):
                       past_valid: torch.Tensor, geometry: StreamGeometry) -> tuple[torch.Tensor, dict]:
         """One chunk per row (``oasr.models.nemotron_streaming.stream.stream_step``)."""
         return stream_step(self.encoder, features, state, first, past_valid, geometry)
-
-    def prompt_id(self, options: DecodeOptions) -> int | None:
-        """The prompt a request's options select (None: this checkpoint takes no prompt)."""
-        return None
-
-    def fuse_prompt(self, hidden: torch.Tensor, prompt_ids: torch.Tensor | None) -> torch.Tensor:
-        return hidden

@@ -1,0 +1,27 @@
+"""The base of the frame-synchronous architectures (CTC, RNN-T, TDT): what every runner that serves them calls
+beside ``encode``, declared here once with its default so that no runner probes a model for it.
+
+Prompt conditioning: a model may condition its encoder output on a per-request prompt (Nemotron 3.5's language).
+A runner asks ``prompt_id(options)`` once per request (on the host; it raises ``UnsupportedOptionError`` for a
+value the checkpoint cannot serve, so runners call it in their option check too) and passes the rows' ids to
+``fuse_prompt`` on the encoder's output: whole files after ``encode``, a streaming runtime on each chunk's frames.
+Frame-wise, so a chunk fuses exactly as the whole file would. The defaults condition on nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from oasr.types import DecodeOptions
+
+
+class FrameSyncModel(nn.Module):
+    def prompt_id(self, options: DecodeOptions) -> int | None:
+        """The prompt a request with ``options`` is encoded under, or None for a model without prompts."""
+        return None
+
+    def fuse_prompt(self, hidden: torch.Tensor, prompt_ids: torch.Tensor | None) -> torch.Tensor:
+        """hidden: [B, T, D] encoder frames; prompt_ids: int64 [B] (on hidden's device) or None (the model's
+        default prompt) -> the frames the heads read, [B, T, D]."""
+        return hidden
