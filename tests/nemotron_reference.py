@@ -149,8 +149,9 @@ def mel_chunks(features: torch.Tensor, lookahead: int, subsampling_factor: int =
 
 
 @torch.no_grad()
-def reference_streamed(model, features: torch.Tensor, lookahead: int) -> list[int]:
-    """transformers' streaming ``generate`` over one input's real features [1, T, n_mels], blanks dropped."""
+def reference_streamed(model, features: torch.Tensor, lookahead: int, **inputs) -> list[int]:
+    """transformers' streaming ``generate`` over one input's real features [1, T, n_mels], blanks dropped.
+    ``inputs``: more model inputs (Nemotron 3.5's ``prompt_ids``)."""
     out = model.generate(input_features=mel_chunks(features, lookahead), num_lookahead_tokens=lookahead,
-                         max_new_tokens=10**6)
+                         max_new_tokens=10**6, **inputs)
     return [t for t in out.sequences[0, 1:].tolist() if t != model.config.blank_token_id]

@@ -23,6 +23,7 @@ from oasr.streaming.engine import (
     StreamingUnsupportedError,
     StreamOptions,
 )
+from oasr.models.nemotron3_5.prompts import DEFAULT_PROMPT_DICTIONARY
 from oasr.types import DecodeOptions
 from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_streamed, save
 
@@ -35,14 +36,26 @@ class Setup:
     features: list[torch.Tensor]  # each clip's real reference features [1, T, n_mels]
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> Setup:
-    reference = build_reference()
-    loaded = oasr.from_pretrained(save(reference, tmp_path_factory.mktemp("nemotron")), device="cpu",
-                                  dtype="float32")
+def make_setup(reference: torch.nn.Module, directory: Path) -> Setup:
+    loaded = oasr.from_pretrained(save(reference, directory), device="cpu", dtype="float32")
     audio = clips()
     x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), audio)
     return Setup(reference, loaded, audio, [x[i : i + 1, : int(n)] for i, n in enumerate(lengths)])
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    return make_setup(build_reference(), tmp_path_factory.mktemp("nemotron"))
+
+
+AUTO, GERMAN = DEFAULT_PROMPT_DICTIONARY["auto"], DEFAULT_PROMPT_DICTIONARY["de"]
+
+
+@pytest.fixture(scope="module")
+def setup_3_5(tmp_path_factory) -> Setup:
+    """Nemotron 3.5, the joint calibrated under both prompts (so both decode a varied mix of tokens)."""
+    reference = build_reference("nemotron3_5_asr", prompt_gain=1.0, calibration_prompts=(AUTO, GERMAN))
+    return make_setup(reference, tmp_path_factory.mktemp("nemotron3_5"))
 
 
 def run_streams(engine: StreamingEngine, audio: dict[str, np.ndarray], seed: int,
@@ -89,6 +102,36 @@ def test_streamed_tokens_equal_transformers_streaming_generate(setup: Setup, loo
         assert last.final and last.closed and sum(e.closed for e in stream_events) == 1
         assert list(last.token_ids) == expected[i]
         assert last.text == setup.loaded.tokenizer.decode(expected[i])
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 13])
+def test_nemotron_3_5_streams_in_the_language_each_stream_asks_for(setup_3_5: Setup, lookahead: int) -> None:
+    setup = setup_3_5
+    expected = {language: [reference_streamed(setup.reference, f, lookahead,
+                                              prompt_ids=torch.tensor([prompt])) for f in setup.features]
+                for language, prompt in (("auto", AUTO), ("de", GERMAN))}
+    assert all(a != d for a, d in zip(expected["auto"], expected["de"], strict=True))
+    assert all(len(set(e)) >= 4 for rows in expected.values() for e in rows)
+    engine = StreamingEngine(setup.loaded)
+    rng = np.random.default_rng(lookahead)
+    for language in ("auto", "de"):  # both languages' streams in the same steps
+        for i in range(len(setup.audio)):
+            engine.open(StreamOptions(lookahead=lookahead, language=None if language == "auto" else language),
+                        stream_id=f"{language}{i}")
+    events: dict[str, list[int]] = {s: [] for s in engine.scheduler.streams}
+    for s in list(events):
+        samples = setup.audio[int(s[-1])]
+        size = int(rng.integers(500, 4000))
+        for start in range(0, len(samples), size):
+            engine.push(s, samples[start : start + size])
+        engine.close(s)
+    while engine.has_unfinished():
+        for event in engine.step().events:
+            events[event.stream_id] += event.new_token_ids
+    for language in ("auto", "de"):
+        assert [events[f"{language}{i}"] for i in range(len(setup.audio))] == expected[language]
+    with pytest.raises(OASRError, match="does not know language"):
+        engine.open(StreamOptions(language="xx"))
 
 
 def test_streams_that_join_and_leave_mid_run_each_get_what_they_get_alone(setup: Setup) -> None:
