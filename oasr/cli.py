@@ -58,6 +58,14 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar (it counts audio seconds, on a terminal)")
     p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
                    help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
+    p.add_argument("--stream", action="store_true",
+                   help="feed each file chunk by chunk through the streaming path (cache-aware models), as fast "
+                        "as it goes, and print what a live client gets")
+    p.add_argument("--chunk-ms", type=int, default=None,
+                   help="with --stream: audio per chunk, a whole number of encoder frames (Nemotron: 80, 160, "
+                        "560 or 1120; default: the model's)")
+    p.add_argument("--endpointing", action="store_true",
+                   help="with --stream: end an utterance after a pause (one output segment per utterance)")
     p.add_argument("--word-timestamps", action="store_true",
                    help="time every word (Whisper: cross-attention alignment); shown in json/jsonl output")
 
@@ -212,6 +220,14 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     from oasr.models.capabilities import capabilities_of
     from oasr.models.loader import from_pretrained
 
+    if args.stream:
+        problem = _stream_conflict(args)
+        if problem:
+            print(f"oasr: error: {problem}", file=sys.stderr)
+            return 2
+    elif args.chunk_ms is not None or args.endpointing:
+        print("oasr: error: --chunk-ms and --endpointing need --stream", file=sys.stderr)
+        return 2
     loaded = from_pretrained(args.model, device=args.device, dtype=dtype)
     options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
     names = output_names(args.files)
@@ -227,7 +243,10 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
             progress.update(done_s)
 
     failed, collected = 0, []
-    results = iter_transcribe(args.files, loaded, options=options, on_progress=on_progress)
+    if args.stream:
+        results = _streamed(args, loaded)
+    else:
+        results = iter_transcribe(args.files, loaded, options=options, on_progress=on_progress)
     for name, result in zip(names, results, strict=True):
         if result.error:
             failed += 1
@@ -247,6 +266,26 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
     if collected:
         _print(render_many(collected, "json"))
     return 1 if failed else 0
+
+
+def _stream_conflict(args: argparse.Namespace) -> str | None:
+    """The first option --stream cannot serve (None when all can be)."""
+    for flag, value in (("--timestamps", args.timestamps), ("--word-timestamps", args.word_timestamps),
+                        ("--vad", args.vad), ("--beam-size", args.beam_size), ("--prompt", args.prompt),
+                        ("--long-form sequential", args.long_form == "sequential"),
+                        ("--task translate", args.task == "translate")):
+        if value:
+            return f"--stream cannot be combined with {flag}"
+    return None
+
+
+def _streamed(args: argparse.Namespace, loaded):
+    from oasr.streaming.endpointing import EndpointConfig
+    from oasr.transcription.streamed import StreamTranscriber, StreamTranscribeOptions
+
+    options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
+                                      endpointing=EndpointConfig() if args.endpointing else None)
+    return StreamTranscriber(loaded, options).run(args.files)
 
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:

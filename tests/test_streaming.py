@@ -34,13 +34,14 @@ class Setup:
     loaded: LoadedModel
     audio: list[np.ndarray]
     features: list[torch.Tensor]  # each clip's real reference features [1, T, n_mels]
+    directory: Path  # the saved checkpoint
 
 
 def make_setup(reference: torch.nn.Module, directory: Path) -> Setup:
     loaded = oasr.from_pretrained(save(reference, directory), device="cpu", dtype="float32")
     audio = clips()
     x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), audio)
-    return Setup(reference, loaded, audio, [x[i : i + 1, : int(n)] for i, n in enumerate(lengths)])
+    return Setup(reference, loaded, audio, [x[i : i + 1, : int(n)] for i, n in enumerate(lengths)], directory)
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +231,32 @@ def test_bad_stream_input_is_refused_and_the_stream_goes_on(setup: Setup) -> Non
     while engine.has_unfinished():
         events += engine.step().events
     assert tokens_of(events) == reference_streamed(setup.reference, setup.features[1], 2)
+
+
+def test_cli_stream_prints_transformers_streamed_tokens(setup: Setup, tmp_path: Path, capsys) -> None:
+    import json
+
+    import soundfile
+
+    from oasr.cli import main
+
+    files = []
+    for i in (1, 2):
+        files.append(tmp_path / f"clip{i}.wav")
+        soundfile.write(files[-1], setup.audio[i], 16000, subtype="FLOAT")
+    assert main(["transcribe", "--stream", "--chunk-ms", "160", "--model", str(setup.directory), "--device", "cpu",
+                 "--dtype", "float32", "--output-format", "jsonl", *map(str, files)]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = [reference_streamed(setup.reference, setup.features[i], 1) for i in (1, 2)]
+    assert [row["token_ids"] for row in rows] == expected
+    assert [row["file"] for row in rows] == [str(f) for f in files]
+    assert [row["text"] for row in rows] == [setup.loaded.tokenizer.decode(e).strip() for e in expected]
+
+
+def test_cli_stream_refuses_what_it_cannot_serve(setup: Setup, capsys) -> None:
+    from oasr.cli import main
+
+    assert main(["transcribe", "--stream", "--timestamps", "x.wav"]) == 2
+    assert "--stream cannot be combined with --timestamps" in capsys.readouterr().err
+    assert main(["transcribe", "--chunk-ms", "160", "x.wav"]) == 2
+    assert "need --stream" in capsys.readouterr().err
