@@ -260,3 +260,14 @@ def test_cli_stream_refuses_what_it_cannot_serve(setup: Setup, capsys) -> None:
     assert "--stream cannot be combined with --timestamps" in capsys.readouterr().err
     assert main(["transcribe", "--chunk-ms", "160", "x.wav"]) == 2
     assert "need --stream" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_streams_on_cuda_give_the_cpu_reference_tokens(setup: Setup) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    loaded = oasr.from_pretrained(setup.directory, device="cuda", dtype="float32")
+    expected = [reference_streamed(setup.reference, f, 1) for f in setup.features]
+    events = run_streams(StreamingEngine(loaded), {f"s{i}": a for i, a in enumerate(setup.audio)}, seed=5,
+                         options=StreamOptions(lookahead=1))
+    assert [tokens_of(events[f"s{i}"]) for i in range(len(expected))] == expected

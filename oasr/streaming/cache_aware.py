@@ -42,7 +42,9 @@ class CacheAwareRuntime:
         self._geometries: dict[int, StreamGeometry] = {}
         self.default_lookahead = self.model.default_lookahead
         geometry = self.geometry(self.default_lookahead)
-        self.pool = StreamStatePool(geometry.state, num_slots, self.device, loaded.dtype)
+        # One more slot than streams: rows that pad a step to its batch bucket read and write this one.
+        self.scratch_slot = num_slots
+        self.pool = StreamStatePool(geometry.state, num_slots + 1, self.device, loaded.dtype)
         with torch.inference_mode():
             start = self.model.predictor_rows(*self.model.predictor_init(1, self.device))
         self._start = {name: rows[0] for name, rows in start.items()}  # a stream's context before any token
@@ -70,27 +72,36 @@ class CacheAwareRuntime:
 
     @torch.inference_mode()
     def step(self, batch: ChunkBatch, windows: list[np.ndarray]) -> ChunkTokens:
-        """One chunk of every row of ``batch``; windows: each row's samples (``StreamAudio.window``)."""
+        """One chunk of every row of ``batch``; windows: each row's samples (``StreamAudio.window``).
+
+        The step runs at the next power of two of rows (padding rows hold no audio and use the scratch slot):
+        every new batch size would otherwise cost new cuFFT, cuDNN and cuBLAS plans in the middle of a live step.
+        """
         geometry = self.geometry(batch.lookahead)
         rows = batch.rows
+        size = 1 << (len(rows) - 1).bit_length()
+        padding = size - len(rows)
         num_frames, past = geometry.feature_frames, geometry.past_frames
         frame = np.arange(num_frames)
-        keep = [(frame >= r.lead_frames) & (frame < r.real_frames) for r in rows]
-        visible = [geometry.visible_past(r.chunk_index) for r in rows]
+        keep = [(frame >= r.lead_frames) & (frame < r.real_frames) for r in rows] + [frame < 0] * padding
+        visible = [geometry.visible_past(r.chunk_index) for r in rows] + [0] * padding
         past_valid = [np.arange(past) >= past - n for n in visible]
-        slots, first, keep_t, past_t = upload(self.device, [r.slot for r in rows], [r.chunk_index == 0 for r in rows],
+        slots, first, keep_t, past_t = upload(self.device, [r.slot for r in rows] + [self.scratch_slot] * padding,
+                                              [r.chunk_index == 0 for r in rows] + [False] * padding,
                                               np.stack(keep), np.stack(past_valid))
+        windows = windows + [np.zeros_like(windows[0])] * padding
         samples = upload_tensor(torch.from_numpy(np.stack(windows)), self.device)
         mel = self.loaded.features.window_frames(samples).transpose(1, 2)  # [B, K, n_mels]
-        mel = mel * keep_t.view(len(rows), num_frames, 1).to(mel.dtype)
+        mel = mel * keep_t.view(size, num_frames, 1).to(mel.dtype)
         state = self.pool.gather(slots)
         hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
-                                                     past_t.view(len(rows), past).bool(), geometry)
+                                                     past_t.view(size, past).bool(), geometry)
         prompts = [r.prompt_id for r in rows]
-        prompt_ids = None if all(p is None for p in prompts) else upload(self.device, prompts)[0]
+        prompt_ids = None if all(p is None for p in prompts) else upload(self.device, prompts + prompts[:1] * padding)[0]
         frames = self.model.project_encoder(self.model.fuse_prompt(hidden, prompt_ids))
         out, predictor = self.model.predictor_from_rows(state)
         tokens = decode_chunk(self.model, frames, out, predictor, max_symbols=self.model.max_symbols_per_step)
         new_state.update(self.model.predictor_rows(tokens.predictor_out, tokens.state))
         self.pool.scatter(slots, new_state)
-        return tokens
+        return ChunkTokens(tokens.token_ids[: len(rows)], tokens.token_frames[: len(rows)], tokens.predictor_out,
+                           tokens.state)

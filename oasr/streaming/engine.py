@@ -72,6 +72,7 @@ class StreamEvent:
 class StepResult:
     events: list[StreamEvent] = field(default_factory=list)
     outputs: list[RequestOutput] = field(default_factory=list)  # offline requests that changed
+    chunks: list[tuple[str, int]] = field(default_factory=list)  # (stream id, chunk index) encoded in this step
 
 
 class StreamingEngine:
@@ -153,15 +154,15 @@ class StreamingEngine:
 
     def step(self) -> StepResult:
         outputs = self._offline.step() if self._offline is not None and self._offline.has_unfinished() else []
-        events = self._stream_step()
+        events, chunks = self._stream_step()
         for stream_id in self.scheduler.exhausted():  # closed streams with nothing left to encode
             events.append(self._finish(self.scheduler.remove(stream_id), [], closed=True))
-        return StepResult(events, outputs)
+        return StepResult(events, outputs, chunks)
 
-    def _stream_step(self) -> list[StreamEvent]:
+    def _stream_step(self) -> tuple[list[StreamEvent], list[tuple[str, int]]]:
         batch = self.scheduler.schedule()
         if batch is None:
-            return []
+            return [], []
         records = [self.scheduler.streams[row.stream_id] for row in batch.rows]
         windows = [r.audio.window(row.first_frame, r.geometry.feature_frames) for r, row in zip(records, batch.rows)]
         decoded = self.runtime.step(batch, windows)
@@ -178,7 +179,7 @@ class StreamingEngine:
                 events.append(self._event(record, new))
         if resets:
             self.runtime.reset_decoder(resets)
-        return events
+        return events, [(row.stream_id, row.chunk_index) for row in batch.rows]
 
     def _endpoint(self, record: StreamRecord, token_frames: list[int]) -> str | None:
         if record.endpointer is None:

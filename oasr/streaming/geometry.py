@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from oasr.errors import OASRError
+
 
 @dataclass(frozen=True)
 class StateField:
@@ -56,6 +58,22 @@ class StreamGeometry:
     def chunk_seconds(self) -> float:
         return self.chunk_frames * self.frame_seconds
 
+    def chunk_range(self, index: int) -> tuple[int, int]:
+        """Feature frames [start, end) of a stream's chunk ``index``: the first chunk's from frame 0, each later
+        one's right after the one before."""
+        if index == 0:
+            return 0, self.first_feature_frames
+        start = self.first_feature_frames + (index - 1) * self.feature_frames
+        return start, start + self.feature_frames
+
     def visible_past(self, num_chunks_done: int) -> int:
         """Encoder frames of a stream's past its next chunk may attend to, after ``num_chunks_done`` chunks."""
         return min(self.visible_past_frames, num_chunks_done * self.chunk_frames)
+
+
+def lookahead_for(chunk_ms: int, frame_seconds: float) -> int:
+    """The lookahead whose chunks last ``chunk_ms``; refuses a length that is not whole encoder frames."""
+    frame_ms = round(frame_seconds * 1000)
+    if chunk_ms % frame_ms or chunk_ms < frame_ms:
+        raise OASRError(f"a chunk of {chunk_ms} ms is not a whole number of {frame_ms} ms encoder frames")
+    return chunk_ms // frame_ms - 1

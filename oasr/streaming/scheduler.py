@@ -2,8 +2,7 @@
 have consumed, and which streams have a chunk ready. Its output, a ``ChunkBatch``, is plain data the runtime
 turns into one forward; its tests run without a model.
 
-A stream's chunk k covers feature frames [start_k, start_k + size_k): the first chunk the geometry's
-``first_feature_frames`` from frame 0, every later one ``feature_frames`` after it. A chunk is ready once its
+A stream's chunk k covers the feature frames ``StreamGeometry.chunk_range(k)``. A chunk is ready once its
 last frame's samples have arrived, or, after the stream is closed, while any of its frames is real (the rest
 are zero, as the reference pads a stream's last chunk).
 """
@@ -52,12 +51,7 @@ class StreamRecord:
     arrival: int = 0  # order of opening, for fairness between lookaheads
 
     def chunk_range(self, index: int) -> tuple[int, int]:
-        """Feature frames [start, end) of chunk ``index``."""
-        g = self.geometry
-        if index == 0:
-            return 0, g.first_feature_frames
-        start = g.first_feature_frames + (index - 1) * g.feature_frames
-        return start, start + g.feature_frames
+        return self.geometry.chunk_range(index)
 
     @property
     def chunk_ready(self) -> bool:

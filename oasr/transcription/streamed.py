@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from oasr.audio import SAMPLE_RATE
-from oasr.errors import AudioDecodeError, OASRError
+from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
 from oasr.streaming.endpointing import EndpointConfig
+from oasr.streaming.geometry import lookahead_for
 from oasr.streaming.engine import StreamEvent, StreamingConfig, StreamingEngine, StreamOptions
 from oasr.transcription.spans import AudioInput, describe, to_samples
 from oasr.types import Segment, Transcription
@@ -33,14 +34,6 @@ class StreamTranscribeOptions:
     def __post_init__(self) -> None:
         if self.chunk_ms is not None and self.chunk_ms <= 0:
             raise ValueError(f"chunk_ms must be positive, got {self.chunk_ms}")
-
-
-def lookahead_for(chunk_ms: int, frame_seconds: float) -> int:
-    """The lookahead whose chunks last ``chunk_ms``; refuses a length that is not whole encoder frames."""
-    frame_ms = round(frame_seconds * 1000)
-    if chunk_ms % frame_ms or chunk_ms < frame_ms:
-        raise OASRError(f"--chunk-ms {chunk_ms} is not a whole number of {frame_ms} ms encoder frames")
-    return chunk_ms // frame_ms - 1
 
 
 @dataclass
