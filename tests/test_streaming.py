@@ -271,3 +271,10 @@ def test_streams_on_cuda_give_the_cpu_reference_tokens(setup: Setup) -> None:
     events = run_streams(StreamingEngine(loaded), {f"s{i}": a for i, a in enumerate(setup.audio)}, seed=5,
                          options=StreamOptions(lookahead=1))
     assert [tokens_of(events[f"s{i}"]) for i in range(len(expected))] == expected
+
+
+def test_warm_up_leaves_no_trace_in_the_streams(setup: Setup) -> None:
+    engine = StreamingEngine(setup.loaded, StreamingConfig(max_streams=3))
+    engine.runtime.warm_up(1, 3)  # what a CUDA engine does when built: every bucket, through the scratch slot
+    events = run_streams(engine, {"s": setup.audio[1]}, seed=2, options=StreamOptions(lookahead=1))
+    assert tokens_of(events["s"]) == reference_streamed(setup.reference, setup.features[1], 1)

@@ -194,10 +194,13 @@ def main(argv: list[str] | None = None) -> None:
         loaded = from_pretrained(tmp, device=device, dtype=dtype)
     max_streams = max(args.streams + (args.flat_out or []) + [args.peer_streams])
 
-    def engine() -> StreamingEngine:
-        return StreamingEngine(loaded, StreamingConfig(max_streams=max_streams, max_batch=max_streams))
+    frame_seconds = loaded.model.config.encoder_config.subsampling_factor * 160 / 16000
+    lookahead = lookahead_for(args.chunk_ms, frame_seconds)
 
-    lookahead = lookahead_for(args.chunk_ms, engine().runtime.frame_seconds)
+    def engine() -> StreamingEngine:
+        return StreamingEngine(loaded, StreamingConfig(max_streams=max_streams, max_batch=max_streams,
+                                                       warm_lookaheads=(lookahead,)))
+
     run_oasr(engine(), noise(4, 2.0, seed=99), lookahead, realtime=False)  # warm-up
     for n in args.streams:
         result = run_oasr(engine(), noise(n, args.seconds, seed=n), lookahead, realtime=True)

@@ -24,7 +24,7 @@ from oasr.models.loader import LoadedModel
 from oasr.streaming import STREAMING_RUNTIMES
 from oasr.streaming.audio import StreamAudio
 from oasr.streaming.geometry import StreamGeometry
-from oasr.streaming.scheduler import ChunkBatch
+from oasr.streaming.scheduler import ChunkBatch, ChunkRow
 from oasr.streaming.state_pool import StreamStatePool
 
 
@@ -48,6 +48,22 @@ class CacheAwareRuntime:
         with torch.inference_mode():
             start = self.model.predictor_rows(*self.model.predictor_init(1, self.device))
         self._start = {name: rows[0] for name, rows in start.items()}  # a stream's context before any token
+
+    def warm_up(self, lookahead: int, max_rows: int) -> None:
+        """Runs a step of silence at every batch bucket up to ``max_rows`` through the scratch slot, so that no
+        live step pays for the kernels' first use at a shape (cuFFT, cuDNN and cuBLAS plans)."""
+        geometry = self.geometry(lookahead)
+        window = self.new_audio().window(0, geometry.feature_frames)
+        size = 1
+        while True:
+            rows = tuple(ChunkRow("warm-up", self.scratch_slot, 0, -geometry.first_padding_frames,
+                                  geometry.first_padding_frames, geometry.feature_frames, None)
+                         for _ in range(min(size, max_rows)))
+            self.step(ChunkBatch(lookahead, rows), [window] * len(rows))
+            if size >= max_rows:
+                break
+            size *= 2
+        self.open(self.scratch_slot)
 
     def geometry(self, lookahead: int) -> StreamGeometry:
         if lookahead not in self._geometries:

@@ -41,6 +41,9 @@ class StreamCapacityError(OASRError):
 class StreamingConfig:
     max_streams: int = 64  # stream slots: each holds one stream's encoder caches and predictor context
     max_batch: int = 1024  # streams encoded in one step, at most
+    # Lookaheads whose every batch bucket runs once when the engine is built (on CUDA), so that live steps never
+    # pay for first use; None: the checkpoint's default lookahead.
+    warm_lookaheads: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.max_streams < 1 or self.max_batch < 1:
@@ -88,6 +91,9 @@ class StreamingEngine:
                 f"checkpoint such as nemotron_asr_streaming")
         self.runtime = STREAMING_RUNTIMES.get(self.capabilities.streaming)(loaded, self.config.max_streams)
         self.scheduler = StreamScheduler(self.config.max_streams, self.config.max_batch)
+        if loaded.device.type == "cuda":
+            for lookahead in self.config.warm_lookaheads or (self.runtime.default_lookahead,):
+                self.runtime.warm_up(lookahead, min(self.config.max_streams, self.config.max_batch))
         self._engine_config = engine_config
         self._offline: ASREngine | None = None
         self._ids = itertools.count()
