@@ -21,7 +21,8 @@ from oasr.bench.run import (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="measure throughput, latency and WER (optionally beside transformers); `oasr bench stream --help`: streaming")
+    p = sub.add_parser("bench", help="measure throughput, latency and WER (optionally beside transformers); "
+                                     "streams: oasr bench stream --help")
     p.add_argument("--model", default="tiny.en")
     p.add_argument("--manifest", type=Path, help="JSONL with audio (relative path), text, language")
     p.add_argument("--repeat", type=int, default=1, help="pass over the manifest this many times")

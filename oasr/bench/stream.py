@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--streams", type=int, nargs="+", default=[1, 64, 256, 512])
     p.add_argument("--seconds", type=float, default=10.0, help="audio per stream")
     p.add_argument("--p99-budget-ms", type=float, default=100.0)
-    p.add_argument("--flat-out", type=int, nargs="*", default=None, help="stream counts run flat out (default: --streams)")
+    p.add_argument("--flat-out", type=int, nargs="*", default=None,
+                   help="stream counts run flat out (default: --streams)")
     p.add_argument("--peer", choices=("transformers", "none"), default="transformers")
     p.add_argument("--peer-streams", type=int, default=64, help="streams transformers decodes (in one batch)")
     p.add_argument("--blank-bias", type=float, default=BLANK_BIAS)

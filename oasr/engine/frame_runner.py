@@ -19,7 +19,7 @@ from collections.abc import Mapping
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.pending import PendingTokens, ReadyTokens
+from oasr.decode.pending import PendingTokens
 from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request
 from oasr.engine.runners import RUNNERS

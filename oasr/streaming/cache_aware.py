@@ -113,7 +113,10 @@ class CacheAwareRuntime:
         hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
                                                      past_t.view(size, past).bool(), geometry)
         prompts = [r.prompt_id for r in rows]
-        prompt_ids = None if all(p is None for p in prompts) else upload(self.device, prompts + prompts[:1] * padding)[0]
+        if all(p is None for p in prompts):
+            prompt_ids = None
+        else:
+            prompt_ids = upload(self.device, prompts + prompts[:1] * padding)[0]
         frames = self.model.project_encoder(self.model.fuse_prompt(hidden, prompt_ids))
         out, predictor = self.model.predictor_from_rows(state)
         tokens = decode_chunk(self.model, frames, out, predictor, max_symbols=self.model.max_symbols_per_step)
