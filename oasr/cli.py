@@ -310,7 +310,10 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from oasr.heap import bound_heap
     from oasr.serving.app import serve
+
+    bound_heap()  # before the server's threads start; its children (core, workers) call it too
 
     try:
         settings = _serve_settings(args)

@@ -294,6 +294,8 @@ def summarize(config: SoakConfig, outcomes: list[Outcome], offline: dict[int, st
                    "peak_pss_mib": round(server.peak_pss_bytes / (1 << 20), 1),
                    "peak_pss_mib_by_process": {role: round(size / (1 << 20), 1)
                                                for role, size in sorted(server.peak_pss_by_role.items())},
+                   "pss_breakdown_mib": {role: {name: round(size / (1 << 20), 1) for name, size in mappings}
+                                         for role, (_, mappings) in sorted(server.peak_mappings_by_role.items())},
                    "restart_s": events.restart_s,
                    "unexpected_exits": events.unexpected_exits, "exit_codes": server.exit_codes,
                    "killed_after_sigterm": server.num_killed, "healthy_at_end": healthy_at_end},

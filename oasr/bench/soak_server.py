@@ -66,6 +66,24 @@ def _kib_field(path: Path, name: str) -> int:
     return 0
 
 
+def mappings_by_pss(pid: int, top: int = 12) -> list[tuple[str, int]]:
+    """The process's resident memory by what it maps (a library's path, ``[heap]``, ``[anon]``, a device file),
+    largest first: where a process's PSS goes."""
+    sizes: dict[str, int] = {}
+    name = "[anon]"
+    try:
+        lines = Path(f"/proc/{pid}/smaps").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+            name = fields[5] if len(fields) > 5 else "[anon]"
+        elif fields and fields[0] == "Pss:":
+            sizes[name] = sizes.get(name, 0) + int(fields[1]) * 1024
+    return sorted(sizes.items(), key=lambda item: -item[1])[:top]
+
+
 def tree_memory(pid: int) -> TreeMemory:
     """Sums over ``pid`` and its descendants (Linux /proc); zeros once the processes are gone."""
     rss, pss, todo = 0, 0, [pid]
@@ -95,6 +113,8 @@ class SoakServer:
         self.peak_rss_bytes = 0
         self.peak_pss_bytes = 0
         self.peak_pss_by_role: dict[str, int] = {}  # each role's own peak (not all at one instant)
+        # What each role's largest PSS seen at a breakdown sample was made of (``mappings_by_pss``).
+        self.peak_mappings_by_role: dict[str, tuple[int, list[tuple[str, int]]]] = {}
         self.exit_codes: list[int] = []
         self.num_killed = 0  # stops that SIGTERM did not finish within _STOP_WAIT_S
 
@@ -153,8 +173,10 @@ class SoakServer:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    async def sample_memory(self, interval_s: float = 0.25) -> None:
-        """Runs until cancelled, keeping the peak RSS and PSS of whichever server process tree is up."""
+    async def sample_memory(self, interval_s: float = 0.25, breakdown_every: int = 20) -> None:
+        """Runs until cancelled, keeping the peak RSS and PSS of whichever server process tree is up; every
+        ``breakdown_every`` samples it also reads each process's mappings, keeping the largest per role."""
+        samples = 0
         while True:
             if self.process is not None:
                 memory = tree_memory(self.process.pid)
@@ -162,4 +184,21 @@ class SoakServer:
                 self.peak_pss_bytes = max(self.peak_pss_bytes, memory.pss_bytes)
                 for role, size in memory.pss_by_role.items():
                     self.peak_pss_by_role[role] = max(self.peak_pss_by_role.get(role, 0), size)
+                samples += 1
+                if samples % breakdown_every == 0:
+                    self._sample_mappings(self.process.pid)
             await asyncio.sleep(interval_s)
+
+    def _sample_mappings(self, root: int) -> None:
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            try:
+                own = _kib_field(Path(f"/proc/{pid}/smaps_rollup"), "Pss:")
+                role = f"{_role(pid, root)} {pid}"
+                if own > self.peak_mappings_by_role.get(role, (0, []))[0]:
+                    self.peak_mappings_by_role[role] = (own, mappings_by_pss(pid))
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    todo.extend(int(c) for c in (task / "children").read_text().split())
+            except (OSError, ValueError):
+                continue

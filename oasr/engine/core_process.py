@@ -45,6 +45,7 @@ from oasr.engine.core_protocol import (
     loads,
 )
 from oasr.engine.request import RequestOutput
+from oasr.heap import bound_heap
 from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError, UnsupportedOptionError
 
@@ -184,6 +185,7 @@ def run_engine_core(spec: EngineCoreSpec, channels: tuple[tuple[str, str], ...])
     """The core process's entry point (started with multiprocessing's 'spawn', so CUDA can be initialised).
     ``channels`` holds one (input address, output address) pair per client; the clients bind, the core
     connects."""
+    bound_heap()
     # Ctrl-C in a terminal reaches the whole process group; the API process decides when the core stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=spec.log_level, format="%(levelname)s %(name)s [engine core]: %(message)s")

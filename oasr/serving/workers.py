@@ -137,6 +137,10 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
     """One API worker: the app on its own client of the shared core, listening on the shared port."""
     import uvicorn
 
+    from oasr.heap import bound_heap
+
+    bound_heap()
+
     from oasr.engine.core_client import EngineCoreClient
     from oasr.serving.app import build_app
     from oasr.serving.connections import uvicorn_config
