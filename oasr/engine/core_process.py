@@ -45,7 +45,7 @@ from oasr.engine.core_protocol import (
     loads,
 )
 from oasr.engine.request import RequestOutput
-from oasr.heap import bound_heap
+from oasr.heap import HeapTrimmer, bound_heap
 from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError, UnsupportedOptionError
 
@@ -251,7 +251,9 @@ def _serve(core: EngineCore, inboxes: list[zmq.Socket], outboxes: list[zmq.Socke
     poller = zmq.Poller()
     for inbox in inboxes:
         poller.register(inbox, zmq.POLLIN)
+    trimmer = HeapTrimmer()  # requests' audio and results churn the heap; its free pages go back each second
     while True:
+        trimmer.maybe_trim()
         ready = dict(poller.poll(0 if core.engine.has_unfinished() else IDLE_POLL_MS))
         for client, inbox in enumerate(inboxes):
             while inbox in ready:  # every message waiting now: a burst of requests joins the next step together
