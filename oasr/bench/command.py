@@ -5,19 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from oasr.bench.run import (
-    BenchItem,
-    BenchResult,
-    as_json,
-    bench_oasr,
-    bench_transformers,
-    engine_config,
-    load_manifest,
-    single_request_latency,
-)
+if TYPE_CHECKING:
+    from oasr.bench.run import BenchItem, BenchResult
+
+# Every command's parser is built on every start (``oasr serve`` too), so the runs' modules, which import torch,
+# are imported only when a bench runs.
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _synthetic(count: int, seconds: float = 4.0) -> list[BenchItem]:
+    from oasr.bench.run import BenchItem
+
     rng = np.random.default_rng(0)
     return [BenchItem(f"noise-{i}", (0.05 * rng.standard_normal(int(seconds * 16000))).astype(np.float32), None, "en")
             for i in range(count)]
@@ -61,6 +59,14 @@ def _wer(items: list[BenchItem], tokens: dict[str, list[int]], tokenizer) -> flo
 
 
 def run(args: argparse.Namespace) -> int:
+    from oasr.bench.run import (
+        as_json,
+        bench_oasr,
+        bench_transformers,
+        engine_config,
+        load_manifest,
+        single_request_latency,
+    )
     from oasr.models.loader import from_pretrained, pick_device, pick_dtype
 
     device = pick_device(args.device)
