@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable, Sequence
 
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import SchedulerConfig
@@ -30,12 +31,16 @@ class Scheduler:
     def __init__(
         self, config: SchedulerConfig, pool: BlockPool | None, *, eot: int, max_positions: int, incremental: bool = True,
         cross_pool: BlockPool | None = None,
+        output_language: Callable[[str | None, Sequence[int]], str | None] | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
         # Cross-attention blocks, for models whose requests attend to their own encoder length (None: held per slot).
         self.cross_pool = cross_pool
         self.eot = eot
+        # The language a finished request is reported in, from the one known at its encode and its output tokens
+        # (the runner's ``output_language``: a model may name the language in its output). None: the former.
+        self.output_language = output_language
         self.max_positions = max_positions
         self.incremental = incremental
         self.policy = BATCHING_POLICIES.get(config.policy)
@@ -284,6 +289,8 @@ class Scheduler:
         request.status = RequestStatus.ABORTED if reason is FinishReason.ABORTED else RequestStatus.FINISHED
         request.finish_reason = reason
         request.timings.finished = time.perf_counter()
+        if self.output_language is not None and reason is not FinishReason.ABORTED:
+            request.language = self.output_language(request.language, request.output_ids)
         del self.requests[request.request_id]
         return self._snapshot(request)
 
