@@ -23,6 +23,8 @@ from oasr.cli import main
 from oasr.engine.config import CacheConfig, EngineConfig, SchedulerConfig
 from oasr.engine.engine import ASREngine
 from oasr.errors import UnsupportedOptionError
+from oasr.models.converters.native import save_native
+from oasr.models.loader import build_model, read_checkpoint, resolve_source
 from oasr.types import DecodeOptions
 from qwen3_reference import (
     SAMPLE_RATE,
@@ -157,18 +159,20 @@ def test_prompt_builder_refuses_what_it_cannot_express(loaded) -> None:
 
 def test_prompt_splice_equals_teacher_forcing(loaded) -> None:
     """The engine's prompt pass (paged pool, audio spliced by index) and the model's forward (audio placed where
-    the ``<|audio_pad|>`` ids are, no cache) give the same first token."""
+    the ``<|audio_pad|>`` ids are, no cache) give the same first token, with the same log-probability."""
     audio = audio_batch(SECONDS)
     engine = engine_for(loaded)
     options = DecodeOptions(language="en", max_new_tokens=1)
-    first = {o.request_id: o.token_ids for o in engine.run((f"r{i}", a, options) for i, a in enumerate(audio))}
+    first = {o.request_id: o for o in engine.run((f"r{i}", a, options) for i, a in enumerate(audio))}
     for i, samples in enumerate(audio):
         features = loaded.features.padded([samples])
         length = loaded.features.frame_lengths(torch.tensor([len(samples)]))
         prompt = engine.runner.prompter.prompt(options, None, loaded.model.encoder_frames(int(length[0])))
         with torch.no_grad():
-            logits = loaded.model(features, length, torch.tensor([prompt.token_ids]))
-        assert first[f"r{i}"] == [int(logits[0, -1].argmax())]
+            logprobs = loaded.model(features, length, torch.tensor([prompt.token_ids]))[0, -1].log_softmax(-1)
+        output = first[f"r{i}"]
+        assert output.token_ids == [int(logprobs.argmax())]
+        assert abs(output.sum_logprob - float(logprobs.max())) < TOLERANCE
 
 
 def test_cli_jsonl_prints_the_generated_tokens_without_prompt_or_end(directory: Path, loaded, tmp_path: Path,
@@ -186,3 +190,15 @@ def test_cli_jsonl_prints_the_generated_tokens_without_prompt_or_end(directory: 
     assert row["token_ids"] == expected and len(expected) > 2
     assert row["language"] == "en"
     assert row["text"] == loaded.tokenizer.decode(expected).strip()
+
+
+def test_native_conversion_keeps_config_and_weights(directory: Path, loaded, tmp_path: Path) -> None:
+    """``oasr convert``'s path: the config written as ``to_dict`` and the weights load back unchanged."""
+    checkpoint = read_checkpoint(resolve_source(directory))
+    config, _ = build_model(checkpoint)
+    checkpoint.config = config.to_dict()
+    again = oasr.from_pretrained(save_native(checkpoint, tmp_path / "native"), device="cpu", dtype="float32")
+    assert again.architecture == "qwen3_asr" and again.format == "native"
+    assert again.config == loaded.config
+    ours, theirs = again.model.state_dict(), loaded.model.state_dict()
+    assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)

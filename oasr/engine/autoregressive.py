@@ -1,4 +1,4 @@
-"""Model runner for autoregressive decoders (Whisper, Canary, Cohere): turns scheduler decisions into tensors.
+"""Model runner for autoregressive decoders (Whisper, Canary, Cohere, Qwen3-ASR): scheduler decisions into tensors.
 
 Everything model-specific comes through the model's seam (``oasr.models.base``): its ``DecoderSpec`` sizes the
 caches, its ``PromptBuilder`` gives each request's prompt (and a detection pre-pass such as Whisper's language

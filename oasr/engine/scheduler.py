@@ -26,12 +26,15 @@ from oasr.engine.policies import BATCHING_POLICIES
 from oasr.engine.request import FinishReason, Request, RequestOutput, RequestStatus
 from oasr.engine.step import BeamResult, DecodeRow, EncodeRow, RunnerOutput, SchedulerOutput
 
+# (the language known at encode, the output tokens) -> the language a finished request is reported in.
+LanguageOf = Callable[[str | None, Sequence[int]], str | None]
+
 
 class Scheduler:
     def __init__(
         self, config: SchedulerConfig, pool: BlockPool | None, *, eot: int, max_positions: int, incremental: bool = True,
         cross_pool: BlockPool | None = None,
-        output_language: Callable[[str | None, Sequence[int]], str | None] | None = None,
+        output_language: LanguageOf | None = None,
     ) -> None:
         self.config = config
         self.pool = pool

@@ -11,7 +11,7 @@ Every architecture class (registered in ``oasr.models.ARCHITECTURES``) has:
 
 What each runner kind calls:
 
-- ``autoregressive`` (Whisper, Canary, Cohere): ``encode(features, lengths) -> EncoderOutput``;
+- ``autoregressive`` (Whisper, Canary, Cohere, Qwen3-ASR): ``encode(features, lengths) -> EncoderOutput``;
   ``decoder_spec`` (a ``DecoderSpec``); ``cross_kv_into(hidden, k_out, v_out)``; ``decode_hidden(tokens,
   positions, self_cache, cross_cache)`` and ``logits(hidden)`` (the caches are ``oasr.layers.cache``'s seams);
   ``prompt_builder(config, tokenizer, name)``: the model's ``PromptBuilder``; for variable-length

@@ -150,7 +150,8 @@ class Qwen3ASRConfig:
 
 def tiny_qwen3_asr_config() -> Qwen3ASRConfig:
     """A few-thousand-parameter model with every module of the real one: grouped key/value heads (4 over 2), two
-    chunks per attention window, 16 mels, and a vocabulary of 272 ids (256 bytes, the prompt's specials and a few merges)."""
+    chunks per attention window, 16 mels, and a vocabulary of 272 ids (256 bytes, the prompt's specials and a
+    few merges)."""
     audio = Qwen3AudioEncoderConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=4,
                                     encoder_ffn_dim=64, downsample_hidden_size=8, output_dim=48, n_window=50,
                                     n_window_infer=200)
