@@ -117,11 +117,13 @@ def chat_text(num_audio: int, language: str | None, context: str | None) -> str:
 @torch.no_grad()
 def reference_generate(directory: Path, audio: list[np.ndarray], *, language: str | None = None,
                        context: str | None = None, max_new_tokens: int = 24) -> list[list[int]]:
-    """transformers' greedy ``generate`` for each input on its own: the generated tokens only, without the prompt
-    and the end token."""
+    """transformers' greedy ``generate`` for each input on its own, ending at any of the checkpoint's
+    ``eos_token_id``s: the generated tokens only, without the prompt and the end token."""
     model = load_reference(directory)
     tokenizer = reference_tokenizer(directory)
-    end = tokenizer.convert_tokens_to_ids(END)
+    ends = model.config.eos_token_id
+    ends = list(ends) if isinstance(ends, (list, tuple)) else [ends]
+    pad = tokenizer.convert_tokens_to_ids(END)
     rows = []
     for samples in audio:
         features, mask = reference_features(samples, model.config.audio_config.num_mel_bins)
@@ -130,9 +132,10 @@ def reference_generate(directory: Path, audio: list[np.ndarray], *, language: st
         ids = torch.tensor([tokenizer(chat_text(num_audio, language, context), add_special_tokens=False).input_ids])
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), input_features=features,
                              input_features_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                             eos_token_id=end, pad_token_id=end)
+                             eos_token_id=ends, pad_token_id=pad)
         row = out[0, ids.shape[1]:].tolist()
-        rows.append(row[: row.index(end)] if end in row else row)
+        stop = next((i for i, token in enumerate(row) if token in ends), len(row))
+        rows.append(row[:stop])
     return rows
 
 

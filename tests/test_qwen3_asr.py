@@ -12,6 +12,7 @@ each input on its own, while the engine decodes them all together (two per encod
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -202,3 +203,23 @@ def test_native_conversion_keeps_config_and_weights(directory: Path, loaded, tmp
     assert again.config == loaded.config
     ours, theirs = again.model.state_dict(), loaded.model.state_dict()
     assert set(ours) == set(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
+def test_every_end_token_of_the_checkpoint_ends_a_request(directory: Path, tmp_path: Path) -> None:
+    """A checkpoint with two ``eos_token_id``s (the real ones: <|endoftext|> and <|im_end|>) stops at either, as
+    ``generate`` does. The second is a token the model writes mid-row here, so that rows do end on it."""
+    audio = audio_batch(SECONDS)
+    plain = reference_generate(directory, audio, language="en", max_new_tokens=MAX_NEW)
+    stop = plain[0][len(plain[0]) // 2]
+    copy = Path(shutil.copytree(directory, tmp_path / "two_ends"))
+    config = json.loads((copy / "config.json").read_text())
+    config["eos_token_id"] = [stop, config["eos_token_id"][0] if isinstance(config["eos_token_id"], list)
+                              else config["eos_token_id"]]
+    (copy / "config.json").write_text(json.dumps(config))
+    expected = reference_generate(copy, audio, language="en", max_new_tokens=MAX_NEW)
+    assert len(expected[0]) < len(plain[0]) and stop not in expected[0]
+    loaded = oasr.from_pretrained(copy, device="cpu", dtype="float32")
+    options = DecodeOptions(language="en", max_new_tokens=MAX_NEW)
+    outputs = {o.request_id: o.token_ids for o in engine_for(loaded).run((f"r{i}", a, options)
+                                                                        for i, a in enumerate(audio))}
+    assert [outputs[f"r{i}"] for i in range(len(audio))] == expected

@@ -77,6 +77,7 @@ class AutoregressiveRunner:
         self.spec = self.model.decoder_spec
         self.prompter = arch.prompt_builder(loaded.config, loaded.tokenizer, loaded.name)
         self.end_token = self.prompter.end_token
+        self.stop_tokens = self.prompter.filters.stop_tokens  # more tokens that end a request, not kept
         self.max_positions = self.spec.max_positions
         filters = self.prompter.filters
         self.strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)(filters, self.device)

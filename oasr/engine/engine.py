@@ -36,6 +36,7 @@ class ASREngine:
         # The memory plan may grant fewer slots than asked; the scheduler must not hand out more.
         self.config = replace(config, scheduler=replace(config.scheduler, max_num_seqs=self.runner.num_slots))
         self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=self.runner.end_token,
+                                   stop_tokens=self.runner.stop_tokens,
                                    max_positions=self.runner.max_positions, incremental=self.runner.incremental,
                                    cross_pool=self.runner.cross_pool, output_language=self.runner.output_language)
         self._ids = itertools.count()

@@ -67,6 +67,7 @@ class FrameSyncRunner:
     prompt_len = 0
     max_positions = 1 << 30  # no decoder positions: the output length is bounded by the frames
     end_token = -1  # these families end with their frames, not with a token
+    stop_tokens: tuple[int, ...] = ()
     block_pool = None  # no decoder caches
     cross_pool = None
 

@@ -35,12 +35,14 @@ class Scheduler:
         self, config: SchedulerConfig, pool: BlockPool | None, *, eot: int, max_positions: int, incremental: bool = True,
         cross_pool: BlockPool | None = None,
         output_language: LanguageOf | None = None,
+        stop_tokens: Sequence[int] = (),
     ) -> None:
         self.config = config
         self.pool = pool
         # Cross-attention blocks, for models whose requests attend to their own encoder length (None: held per slot).
         self.cross_pool = cross_pool
         self.eot = eot
+        self.end_tokens = frozenset((eot, *stop_tokens))  # any of them ends a request and is not kept
         # The language a finished request is reported in, from the one known at its encode and its output tokens
         # (the runner's ``output_language``: a model may name the language in its output). None: the former.
         self.output_language = output_language
@@ -274,7 +276,7 @@ class Scheduler:
         for i, token in enumerate(tokens):
             if logprobs:
                 request.sum_logprob = (request.sum_logprob or 0.0) + logprobs[i]
-            if token == self.eot:
+            if token in self.end_tokens:
                 return self._finish(request, FinishReason.END_OF_TEXT)
             request.output_ids.append(token)
             request.num_generated += 1

@@ -85,7 +85,7 @@ class Qwen3ASRForConditionalGeneration(nn.Module):
     @classmethod
     def prompt_builder(cls, config: Qwen3ASRConfig, tokenizer, name: str) -> Qwen3ASRPrompter:
         return Qwen3ASRPrompter(tokenizer, name, vocab_size=config.text_config.vocab_size,
-                                audio_token_id=config.audio_token_id)
+                                audio_token_id=config.audio_token_id, eos_token_ids=config.eos_token_id)
 
     @property
     def decoder_spec(self) -> DecoderSpec:

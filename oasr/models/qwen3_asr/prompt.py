@@ -26,11 +26,13 @@ _SPECIALS = ("<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_pad|>", "
 
 class Qwen3ASRPrompter:
     """The ``PromptBuilder`` (``oasr.models.base``) of one checkpoint. No pre-pass (the model names the language
-    in its output), no no-speech token; the only logit filter is the minimum-length bound on ``<|im_end|>``."""
+    in its output), no no-speech token; the only logit filter is the minimum-length bound on the end tokens
+    (``<|im_end|>`` and the checkpoint's other ``eos_token_id``s)."""
 
     no_speech_token = None
 
-    def __init__(self, tokenizer: Qwen3ASRTokenizer, name: str, *, vocab_size: int, audio_token_id: int) -> None:
+    def __init__(self, tokenizer: Qwen3ASRTokenizer, name: str, *, vocab_size: int, audio_token_id: int,
+                 eos_token_ids: Sequence[int] = ()) -> None:
         self.tokenizer = tokenizer
         self.name = name
         ids = {}
@@ -43,7 +45,9 @@ class Qwen3ASRPrompter:
                                   f"{audio_token_id} in config.json (audio_token_id)")
         self.ids = ids
         self.end_token = ids["<|im_end|>"]
-        self.filters = AEDGreedyOptions(eot=self.end_token, vocab_size=vocab_size)
+        # The checkpoint's other end tokens (<|endoftext|> beside <|im_end|>) end a request too, as in generate.
+        stops = tuple(t for t in eos_token_ids if t != self.end_token)
+        self.filters = AEDGreedyOptions(eot=self.end_token, vocab_size=vocab_size, stop_tokens=stops)
 
     def check(self, options: DecodeOptions) -> None:
         """Refuses options this prompt cannot express, naming the option."""
