@@ -81,17 +81,19 @@ class Qwen3AudioEncoder(nn.Module):
         return x.reshape(b, -1, x.shape[-1])
 
     def _pack(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's valid positions moved to its front -> (packed [B, S, d], valid positions [B])."""
+        """Each row's valid positions moved to its front -> (packed [B, S, d], valid positions [B] on x's device).
+        The counts are computed where ``lengths`` lies: the engine passes host lengths, so reading the longest
+        does not wait for the device."""
         b, total, d = x.shape
         chunk = self.config.chunk_frames
         num_chunks = total // int(conv_lengths(torch.tensor(chunk)))
         starts = torch.arange(num_chunks, device=lengths.device) * chunk
-        chunk_frames = (lengths[:, None] - starts).clamp(0, chunk)  # [B, C]
-        per_chunk = conv_lengths(chunk_frames)
+        per_chunk = conv_lengths((lengths[:, None] - starts).clamp(0, chunk))  # [B, C]
+        longest = int(per_chunk.sum(dim=1).max())
+        per_chunk = per_chunk.to(x.device)
         steps = total // num_chunks
-        valid = (torch.arange(steps, device=x.device) < per_chunk[..., None].to(x.device)).reshape(b, total)
-        counts = per_chunk.sum(dim=1).to(x.device)
-        longest = int(counts.max())
+        valid = (torch.arange(steps, device=x.device) < per_chunk[..., None]).reshape(b, total)
+        counts = per_chunk.sum(dim=1)
         # A stable sort of "is padding" puts each row's valid positions first, in order.
         order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]
         return x.gather(1, order[..., None].expand(-1, -1, d)), counts
@@ -108,7 +110,7 @@ class Qwen3AudioEncoder(nn.Module):
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, n_mels, frames] (frames a multiple of the chunk); lengths: [B] valid frames
         -> (hidden [B, S, d_model], valid positions [B])."""
-        x, counts = self._pack(self._chunks(features), lengths.to(features.device))
+        x, counts = self._pack(self._chunks(features), lengths)
         mask = self.window_mask(counts, x.shape[1])
         for layer in self.layers:
             x = layer(x, mask)
