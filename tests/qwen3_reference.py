@@ -116,7 +116,8 @@ def chat_text(num_audio: int, language: str | None, context: str | None) -> str:
 
 @torch.no_grad()
 def reference_generate(directory: Path, audio: list[np.ndarray], *, language: str | None = None,
-                       context: str | None = None, max_new_tokens: int = 24) -> list[list[int]]:
+                       context: str | None = None, max_new_tokens: int = 24, min_new_tokens: int = 0
+                       ) -> list[list[int]]:
     """transformers' greedy ``generate`` for each input on its own, ending at any of the checkpoint's
     ``eos_token_id``s: the generated tokens only, without the prompt and the end token."""
     model = load_reference(directory)
@@ -132,6 +133,7 @@ def reference_generate(directory: Path, audio: list[np.ndarray], *, language: st
         ids = torch.tensor([tokenizer(chat_text(num_audio, language, context), add_special_tokens=False).input_ids])
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), input_features=features,
                              input_features_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
+                             min_new_tokens=min_new_tokens or None,
                              eos_token_id=ends, pad_token_id=pad)
         row = out[0, ids.shape[1]:].tolist()
         stop = next((i for i, token in enumerate(row) if token in ends), len(row))

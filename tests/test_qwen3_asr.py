@@ -223,3 +223,12 @@ def test_every_end_token_of_the_checkpoint_ends_a_request(directory: Path, tmp_p
     outputs = {o.request_id: o.token_ids for o in engine_for(loaded).run((f"r{i}", a, options)
                                                                         for i, a in enumerate(audio))}
     assert [outputs[f"r{i}"] for i in range(len(audio))] == expected
+    # Below the minimum length both end tokens are held back, as transformers' MinNewTokensLengthLogitsProcessor
+    # holds back every eos id.
+    minimum = len(expected[0]) + 2
+    longer = reference_generate(copy, audio, language="en", max_new_tokens=MAX_NEW, min_new_tokens=minimum)
+    assert len(longer[0]) >= minimum  # the row ran past where the stop token ended it
+    options = DecodeOptions(language="en", max_new_tokens=MAX_NEW, min_new_tokens=minimum)
+    outputs = {o.request_id: o.token_ids for o in engine_for(loaded).run((f"r{i}", a, options)
+                                                                        for i, a in enumerate(audio))}
+    assert [outputs[f"r{i}"] for i in range(len(audio))] == longer
