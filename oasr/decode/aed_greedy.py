@@ -34,6 +34,9 @@ class AEDGreedyOptions:
     suppress_tokens: tuple[int, ...] = ()  # never emitted
     begin_suppress_tokens: tuple[int, ...] = ()  # not emitted as the first generated token
     timestamp_tokens: TimestampTokens | None = None  # the vocabulary's timestamp tokens, if it has them
+    # Tokens besides ``eot`` that also end generation (transformers' list of eos ids); like ``eot``, they are held
+    # back below a row's minimum length and are not part of the output.
+    stop_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class AEDGreedy(DecodeStrategy):
         logits = logits.masked_fill(self.begin_suppress if first else self.suppress, float("-inf"))
         eot = self.options.eot
         logits[:, eot] = torch.where(rows.eot_allowed, logits[:, eot], float("-inf"))
+        for stop in self.options.stop_tokens:
+            logits[:, stop] = torch.where(rows.eot_allowed, logits[:, stop], float("-inf"))
         if rows.timestamps is not None:
             if self.timestamp_rules is None:
                 raise ValueError("this vocabulary has no timestamp tokens")

@@ -1,4 +1,4 @@
-"""Model runner for autoregressive decoders (Whisper, Canary, Cohere): turns scheduler decisions into tensors.
+"""Model runner for autoregressive decoders (Whisper, Canary, Cohere, Qwen3-ASR): scheduler decisions into tensors.
 
 Everything model-specific comes through the model's seam (``oasr.models.base``): its ``DecoderSpec`` sizes the
 caches, its ``PromptBuilder`` gives each request's prompt (and a detection pre-pass such as Whisper's language
@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ from oasr.decode import DECODE_STRATEGIES
 from oasr.engine.aed_beams import BeamRows, BeamTick
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
-from oasr.engine.cross_cache import PagedCrossStore, SlotCrossStore
+from oasr.engine.cross_cache import NoCrossStore, PagedCrossStore, SlotCrossStore
 from oasr.engine.kv_cache import PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
 from oasr.engine.prompt_pass import PromptPass
@@ -47,7 +47,7 @@ from oasr.engine.slot_state import SlotState
 from oasr.engine.staging import stager_for
 from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutput
 from oasr.engine.uploads import upload, upload_tensor
-from oasr.errors import OASRError, UnsupportedOptionError
+from oasr.errors import UnsupportedOptionError
 from oasr.kernels import paged_attention
 from oasr.layers import CachedSelfAttention
 from oasr.models.capabilities import capabilities_of, check_options
@@ -75,14 +75,13 @@ class AutoregressiveRunner:
         arch = type(self.model)
         self.capabilities = capabilities_of(arch)
         self.spec = self.model.decoder_spec
-        if self.spec.cross is None:
-            raise OASRError(f"{loaded.name}: decoder-only models are not served yet (no cross-attention)")
         self.prompter = arch.prompt_builder(loaded.config, loaded.tokenizer, loaded.name)
         self.end_token = self.prompter.end_token
+        self.stop_tokens = self.prompter.filters.stop_tokens  # more tokens that end a request, not kept
         self.max_positions = self.spec.max_positions
         filters = self.prompter.filters
         self.strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)(filters, self.device)
-        self.pads_to_window = self.spec.cross.fixed
+        self.pads_to_window = self.spec.cross is not None and self.spec.cross.fixed
         seconds = self.capabilities.window_seconds
         self.window_samples = loaded.features.config.n_samples if seconds is None else int(seconds * 16_000)
         self.plan: MemoryPlan = plan_memory(
@@ -91,9 +90,12 @@ class AutoregressiveRunner:
         slots = self.plan.num_slots
         self.pool = PagedKVPool(self.spec, self.plan.num_blocks, block_size, self.dtype, self.device)
         self.block_pool = BlockPool(self.plan.num_blocks, block_size)
-        if self.spec.cross.fixed:
-            self.cross: SlotCrossStore | PagedCrossStore = SlotCrossStore(self.spec, slots, self.dtype, self.device)
+        if self.spec.cross is None:  # the audio is spliced into the prompt (PromptAudio)
+            self.cross: NoCrossStore | SlotCrossStore | PagedCrossStore = NoCrossStore()
             self.cross_pool: BlockPool | None = None
+        elif self.spec.cross.fixed:
+            self.cross = SlotCrossStore(self.spec, slots, self.dtype, self.device)
+            self.cross_pool = None
         else:
             self.cross = PagedCrossStore(self.spec, self.plan.num_cross_blocks, config.cache.cross_block_size, slots,
                                          self.dtype, self.device)
@@ -133,15 +135,22 @@ class AutoregressiveRunner:
     def num_slots(self) -> int:
         return self.plan.num_slots
 
-    def prompt_len_for(self, options: DecodeOptions) -> int:
-        return self.prompter.prompt_len(options)
+    def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
+        return self.prompter.prompt_len(options, self.audio_positions(self.num_frames(num_samples)))
+
+    def audio_positions(self, num_frames: int) -> int:
+        """Prompt positions the audio of ``num_frames`` feature frames takes (0 for cross-attention models)."""
+        return 0 if self.spec.prompt_audio is None else int(self.model.encoder_frames(num_frames))
+
+    def output_language(self, language: str | None, token_ids: Sequence[int]) -> str | None:
+        return self.prompter.output_language(language, token_ids)
 
     def num_frames(self, num_samples: int) -> int:
         return int(self.loaded.features.frame_lengths(torch.tensor([num_samples]))[0])
 
     def cross_positions(self, num_samples: int) -> int:
         """Encoder positions a request of ``num_samples`` attends to (0: held per slot, not in blocks)."""
-        if self.spec.cross.fixed:
+        if self.spec.cross is None or self.spec.cross.fixed:
             return 0
         return int(self.model.encoder_frames(self.num_frames(num_samples)))
 

@@ -35,6 +35,20 @@ def _as_words(t: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+class NoCrossStore:
+    """A decoder without cross-attention (``PromptAudio``: the audio is in its prompt): nothing is kept per request,
+    and its steps get no cross-attention cache (None)."""
+
+    def context(self, batch: int) -> None:
+        return None
+
+    def release(self, slots: Sequence[int]) -> None:
+        pass
+
+    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]) -> None:
+        return None
+
+
 class SlotCross:
     """A step's view of slot-held cross K/V: each [layers, B, H, S, D] views of the slot buffers."""
 

@@ -36,8 +36,9 @@ class ASREngine:
         # The memory plan may grant fewer slots than asked; the scheduler must not hand out more.
         self.config = replace(config, scheduler=replace(config.scheduler, max_num_seqs=self.runner.num_slots))
         self.scheduler = Scheduler(self.config.scheduler, self.pool, eot=self.runner.end_token,
+                                   stop_tokens=self.runner.stop_tokens,
                                    max_positions=self.runner.max_positions, incremental=self.runner.incremental,
-                                   cross_pool=self.runner.cross_pool)
+                                   cross_pool=self.runner.cross_pool, output_language=self.runner.output_language)
         self._ids = itertools.count()
         # Runners that overlap steps: the launched step whose result is read after the next step is queued.
         self._in_flight: tuple[SchedulerOutput, PendingStep] | None = None
@@ -64,7 +65,7 @@ class ASREngine:
                 row.request_id == request_id for row in self._in_flight[0].encode):
             # Aborted while its step runs: that step's result must not land on a new request of the same id.
             raise ValueError(f"request id {request_id!r} is still in use by a running step")
-        prompt_len = self.runner.prompt_len_for(options)
+        prompt_len = self.runner.prompt_len_for(options, len(audio))
         # The last output token comes from the logits at the last position and is never fed back.
         room = self.runner.max_positions - prompt_len + 1
         max_new = room if options.max_new_tokens is None else min(options.max_new_tokens, room)

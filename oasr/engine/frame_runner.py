@@ -14,7 +14,7 @@ the step before.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -67,6 +67,7 @@ class FrameSyncRunner:
     prompt_len = 0
     max_positions = 1 << 30  # no decoder positions: the output length is bounded by the frames
     end_token = -1  # these families end with their frames, not with a token
+    stop_tokens: tuple[int, ...] = ()
     block_pool = None  # no decoder caches
     cross_pool = None
 
@@ -97,8 +98,12 @@ class FrameSyncRunner:
         check_options(self.capabilities, options, f"{self.loaded.name} ({self.loaded.architecture})")
         self.model.prompt_id(options)  # a value the checkpoint has no prompt for is refused here, not mid-step
 
-    def prompt_len_for(self, options: DecodeOptions) -> int:
+    def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
         return self.prompt_len
+
+    @staticmethod
+    def output_language(language: str | None, token_ids: Sequence[int]) -> str | None:
+        return language  # these families are told the language, or report none
 
     def cross_positions(self, num_samples: int) -> int:
         return 0

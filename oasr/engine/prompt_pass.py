@@ -1,6 +1,9 @@
 """The autoregressive runner's encode walk: features -> encoder -> cross-attention K/V -> [detection pre-pass]
 -> prompts -> each row's first token (and the first step of its beam search).
 
+A model whose prompt carries the audio (``DecoderSpec.prompt_audio``) has no cross-attention K/V: its prompts run
+as embeddings, the encoder's output of each row in place of the row's audio positions (``Prompt.audio_index``).
+
 Model specifics come from the runner's seam objects only: the prompt builder says which rows need a pre-pass
 (``Detection``: the decoder reads its tokens and the likeliest candidate names what it found, as Whisper's
 language) and what each prompt is, and where the no-speech probability is read.
@@ -45,9 +48,11 @@ class PromptPass:
                               for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
         (slots,) = upload(r.device, [row.slots[0] for row in rows])
         detected = self._detect(batch, slots, cross)
-        prompts = [r.prompter.prompt(q.options, d) for q, d in zip(batch, detected, strict=True)]
+        audio_lengths = [r.audio_positions(q.num_frames) for q in batch]
+        prompts = [r.prompter.prompt(q.options, d, n) for q, d, n in zip(batch, detected, audio_lengths, strict=True)]
         languages = [r.prompter.language(q.options, d) for q, d in zip(batch, detected, strict=True)]
-        last_logits, no_speech = self._run_prompts(prompts, slots, cross)
+        audio = (encoded.hidden, audio_lengths) if r.spec.prompt_audio is not None else None
+        last_logits, no_speech = self._run_prompts(prompts, slots, cross, audio)
         first, logprobs, tick = self._first_tokens(rows, batch, prompts, last_logits)
         host = torch.stack((first.double(), logprobs.double(), no_speech.double())).cpu().tolist()
         has_no_speech = [p.no_speech_index is not None for p in prompts]
@@ -98,9 +103,10 @@ class PromptPass:
                 found[i] = detections[i].names[choice]
         return found
 
-    def _run_prompts(self, prompts: list[Prompt], slots: torch.Tensor, cross: CrossAttentionCache
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Runs every row's prompt from position 0 (right-padded to the longest) into its cache.
+    def _run_prompts(self, prompts: list[Prompt], slots: torch.Tensor, cross: CrossAttentionCache | None,
+                     audio: tuple[torch.Tensor, list[int]] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs every row's prompt from position 0 (right-padded to the longest) into its cache; ``audio``: the
+        encoder's output [B, S, d] and each row's audio positions, for a model that splices them into its prompt.
         -> (logits after each row's last prompt token [B, vocab], probability of the no-speech token at each
         row's ``no_speech_index`` [B], 0 where there is none)."""
         r = self.runner
@@ -112,13 +118,33 @@ class PromptPass:
         tokens = upload_tensor(tokens, r.device)
         positions = torch.arange(longest, device=r.device).expand(len(prompts), -1)
         table = r.state.block_table[slots, : -(-longest // r.pool.block_size)]
-        hidden = r.model.decode_hidden(tokens, positions, paged_context(r.pool, table, positions), cross)
+        context = paged_context(r.pool, table, positions)
+        if audio is None:
+            hidden = r.model.decode_hidden(tokens, positions, context, cross)
+        else:
+            hidden = r.model.decode_embedded(self._spliced(tokens, prompts, *audio), positions, context)
         rows = torch.arange(len(prompts), device=r.device)
         last, at = upload(r.device, [n - 1 for n in lengths], [p.no_speech_index or 0 for p in prompts])
         logits = r.model.logits(torch.stack((hidden[rows, last], hidden[rows, at]), dim=1))
         if r.prompter.no_speech_token is None:
             return logits[:, 0], torch.zeros(len(prompts), device=r.device)
         return logits[:, 0], torch.softmax(logits[:, 1], dim=-1)[:, r.prompter.no_speech_token]
+
+    def _spliced(self, tokens: torch.Tensor, prompts: list[Prompt], encoded: torch.Tensor, lengths: list[int]
+                 ) -> torch.Tensor:
+        """The prompts' embeddings [B, T, d], each row's first ``lengths[i]`` encoder positions (``encoded``:
+        [B, S, d]) in place of its audio positions. The indices are built on the host from known lengths."""
+        rows, targets, sources = [], [], []
+        for i, (prompt, n) in enumerate(zip(prompts, lengths, strict=True)):
+            if prompt.audio_index is None:
+                raise ValueError("a model that splices its audio into the prompt gave a prompt without audio_index")
+            rows += [i] * n
+            targets += range(prompt.audio_index, prompt.audio_index + n)
+            sources += range(n)
+        row, target, source = upload(self.runner.device, rows, targets, sources)
+        embeds = self.runner.model.embed(tokens)
+        embeds[row, target] = encoded[row, source].to(embeds.dtype)
+        return embeds
 
     def _first_tokens(self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[Prompt],
                       logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, BeamTick | None]:

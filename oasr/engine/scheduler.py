@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable, Sequence
 
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import SchedulerConfig
@@ -25,17 +26,26 @@ from oasr.engine.policies import BATCHING_POLICIES
 from oasr.engine.request import FinishReason, Request, RequestOutput, RequestStatus
 from oasr.engine.step import BeamResult, DecodeRow, EncodeRow, RunnerOutput, SchedulerOutput
 
+# (the language known at encode, the output tokens) -> the language a finished request is reported in.
+LanguageOf = Callable[[str | None, Sequence[int]], str | None]
+
 
 class Scheduler:
     def __init__(
         self, config: SchedulerConfig, pool: BlockPool | None, *, eot: int, max_positions: int, incremental: bool = True,
         cross_pool: BlockPool | None = None,
+        output_language: LanguageOf | None = None,
+        stop_tokens: Sequence[int] = (),
     ) -> None:
         self.config = config
         self.pool = pool
         # Cross-attention blocks, for models whose requests attend to their own encoder length (None: held per slot).
         self.cross_pool = cross_pool
         self.eot = eot
+        self.end_tokens = frozenset((eot, *stop_tokens))  # any of them ends a request and is not kept
+        # The language a finished request is reported in, from the one known at its encode and its output tokens
+        # (the runner's ``output_language``: a model may name the language in its output). None: the former.
+        self.output_language = output_language
         self.max_positions = max_positions
         self.incremental = incremental
         self.policy = BATCHING_POLICIES.get(config.policy)
@@ -266,7 +276,7 @@ class Scheduler:
         for i, token in enumerate(tokens):
             if logprobs:
                 request.sum_logprob = (request.sum_logprob or 0.0) + logprobs[i]
-            if token == self.eot:
+            if token in self.end_tokens:
                 return self._finish(request, FinishReason.END_OF_TEXT)
             request.output_ids.append(token)
             request.num_generated += 1
@@ -284,6 +294,8 @@ class Scheduler:
         request.status = RequestStatus.ABORTED if reason is FinishReason.ABORTED else RequestStatus.FINISHED
         request.finish_reason = reason
         request.timings.finished = time.perf_counter()
+        if self.output_language is not None and reason is not FinishReason.ABORTED:
+            request.language = self.output_language(request.language, request.output_ids)
         del self.requests[request.request_id]
         return self._snapshot(request)
 

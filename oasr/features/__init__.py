@@ -11,6 +11,7 @@ FEATURE_EXTRACTORS: Registry[type] = Registry(
         "nemo_logmel": "oasr.features.nemo_logmel",
         "nemotron_logmel": "oasr.features.nemo_logmel",
         "aed_logmel": "oasr.features.aed_logmel",
+        "qwen3_logmel": "oasr.features.qwen3_logmel",
     },
 )
 

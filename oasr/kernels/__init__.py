@@ -46,6 +46,9 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("relu", "fused inside conformer_conv and conv_subsampling only"),
     KernelGap("silu", "fused into no epilogue yet"),
     KernelGap("glu", "torch's GLU pass; conformer_conv gates before its kernel (per tap inside it measured slower)"),
+    KernelGap("rms_norm", "RMSNorm runs on torch (float32 statistics, no fused residual)"),
+    KernelGap("grouped_query_attention", "decoder self-attention with grouped key/value heads and rotary positions "
+              "reads the paged pool through the torch gather; the paged decode kernel takes equal head counts"),
     KernelGap("rel_pos_attention", "only the position term has a kernel (rel_pos_attention, above); the attention "
               "itself runs on SDPA with it as the float mask"),
 )

@@ -23,7 +23,11 @@ from oasr.layers.basic import (
     SiLU,
     activation,
 )
+from oasr.layers.gated_mlp import GatedMLP
+from oasr.layers.grouped_attention import GroupedQueryAttention
+from oasr.layers.norms import RMSNorm
 from oasr.layers.positions import SinusoidalPositions
+from oasr.layers.rotary import RotaryEmbedding, apply_rotary
 from oasr.layers.rel_attention import (
     RelPositionMultiHeadAttention,
     relative_position_embeddings,
@@ -33,6 +37,8 @@ __all__ = [
     "BACKENDS",
     "GELU",
     "GLU",
+    "GatedMLP",
+    "GroupedQueryAttention",
     "LSTM",
     "Backend",
     "BatchNorm1d",
@@ -47,12 +53,15 @@ __all__ = [
     "Linear",
     "MultiHeadAttention",
     "PointwiseConv1d",
+    "RMSNorm",
     "ReLU",
     "RelPositionMultiHeadAttention",
+    "RotaryEmbedding",
     "SiLU",
     "SinusoidalPositions",
     "activation",
     "apply_backend",
+    "apply_rotary",
     "kernel_gaps",
     "relative_position_embeddings",
     "sdpa",

@@ -28,8 +28,10 @@ def sdpa(
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
 ) -> torch.Tensor:
-    """q: [B, H, Tq, D]; k, v: [B, H, Tk, D]; mask: bool [B|1, 1, Tq, Tk] (True = attend) -> [B, H, Tq, D]."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+    """q: [B, H, Tq, D]; k, v: [B, Hkv, Tk, D]; mask: bool [B|1, 1, Tq, Tk] (True = attend) -> [B, H, Tq, D].
+    Hkv may divide H (grouped key/value heads): key/value head j then serves query heads j*H/Hkv .. (j+1)*H/Hkv-1."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                          enable_gqa=k.shape[1] != q.shape[1])
 
 
 class MultiHeadAttention(nn.Module):

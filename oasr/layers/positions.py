@@ -42,3 +42,14 @@ class SinusoidalPositions(nn.Module):
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         # Scaled after the lookup, as the reference does, so the values round the same way.
         return self.table[positions] / math.sqrt(self.channels)
+
+
+def timescale_sinusoids(length: int, channels: int, max_timescale: float = 10_000.0) -> torch.Tensor:
+    """Whisper's sinusoids: [length, channels] float32, sin then cos over ``channels / 2`` timescales from 1 to
+    ``max_timescale``, geometric (the increment is log(max_timescale) / (channels / 2 - 1))."""
+    if channels % 2:
+        raise ValueError(f"sinusoidal positions need an even channel count, got {channels}")
+    half = channels // 2
+    inv_timescales = torch.exp(-(math.log(max_timescale) / (half - 1)) * torch.arange(half).float())
+    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)

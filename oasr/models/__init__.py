@@ -20,6 +20,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "nemotron3_5_asr": "oasr.models.nemotron3_5.model",
         "canary": "oasr.models.canary.model",
         "cohere_asr": "oasr.models.canary.model",
+        "qwen3_asr": "oasr.models.qwen3_asr.model",
     },
 )
 

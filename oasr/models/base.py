@@ -11,11 +11,15 @@ Every architecture class (registered in ``oasr.models.ARCHITECTURES``) has:
 
 What each runner kind calls:
 
-- ``autoregressive`` (Whisper, Canary, Cohere): ``encode(features, lengths) -> EncoderOutput``;
+- ``autoregressive`` (Whisper, Canary, Cohere, Qwen3-ASR): ``encode(features, lengths) -> EncoderOutput``;
   ``decoder_spec`` (a ``DecoderSpec``); ``cross_kv_into(hidden, k_out, v_out)``; ``decode_hidden(tokens,
   positions, self_cache, cross_cache)`` and ``logits(hidden)`` (the caches are ``oasr.layers.cache``'s seams);
   ``prompt_builder(config, tokenizer, name)``: the model's ``PromptBuilder``; for variable-length
   cross-attention, ``encoder_frames(num_feature_frames)``. The engine schedules one decode step per token.
+  A decoder-only model whose prompt carries the audio (``DecoderSpec.prompt_audio``, Qwen3-ASR) has no
+  ``cross_kv_into``; it has ``encoder_frames``, ``embed(tokens)`` and ``decode_embedded(embeds, positions,
+  self_cache)``: its prompt runs as the embeddings of its tokens with the encoder's output in place of the audio
+  positions, and its decode steps call ``decode_hidden`` with ``cross_cache`` None.
 - ``frame_sync`` (CTC, RNN-T, TDT): ``encode(features, lengths) -> EncoderOutput``, then ``prompt_id(options)``
   and ``fuse_prompt(hidden, prompt_ids)`` (declared with identity defaults on ``oasr.models.frame_sync.
   FrameSyncModel``, which every such class subclasses), plus the methods its decode strategies document
@@ -25,6 +29,7 @@ What each runner kind calls:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,8 +57,19 @@ class CrossSpec:
 
 
 @dataclass(frozen=True)
+class PromptAudio:
+    """The audio reaches the decoder as prompt embeddings instead of through cross-attention: the encoder's output
+    of a request (``encode``, in the decoder's width) replaces the embeddings of its prompt's audio positions
+    (``Prompt.audio_index`` onwards, one per encoder position), and the decoder reads them as it reads its other
+    prompt positions, into the same self-attention cache. ``max_len``: the most encoder positions a request has."""
+
+    max_len: int
+
+
+@dataclass(frozen=True)
 class DecoderSpec:
-    """What the engine sizes a decoder's caches by. ``cross`` None: a decoder-only model (no cross-attention)."""
+    """What the engine sizes a decoder's caches by, and how the audio reaches the decoder: through
+    cross-attention (``cross``) or spliced into the prompt (``prompt_audio``); exactly one of the two is set."""
 
     num_layers: int
     num_heads: int
@@ -61,6 +77,12 @@ class DecoderSpec:
     head_dim: int
     max_positions: int  # decoder positions, the prompt included
     cross: CrossSpec | None
+    prompt_audio: PromptAudio | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cross is None) == (self.prompt_audio is None):
+            raise ValueError("a decoder reads the audio through cross-attention or in its prompt: set exactly one "
+                             "of cross and prompt_audio")
 
     def self_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * dtype.itemsize
@@ -73,6 +95,9 @@ class Prompt:
 
     token_ids: tuple[int, ...]
     no_speech_index: int | None = None
+    # Models with ``PromptAudio``: the first of the prompt's audio positions (as many as the request's encoder
+    # positions), whose embeddings the encoder's output replaces. None for models with cross-attention.
+    audio_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -128,14 +153,19 @@ class PromptBuilder(Protocol):
     def check(self, options: DecodeOptions) -> None:
         """Raises ``UnsupportedOptionError`` for option values this checkpoint cannot serve."""
 
-    def prompt_len(self, options: DecodeOptions) -> int:
-        """The prompt's length (the same whatever a detection pre-pass finds)."""
+    def prompt_len(self, options: DecodeOptions, num_audio_positions: int = 0) -> int:
+        """The prompt's length (the same whatever a detection pre-pass finds). ``num_audio_positions``: the
+        request's encoder positions where the model splices them into its prompt (``PromptAudio``), else 0."""
 
     def detection(self, options: DecodeOptions) -> Detection | None:
         """The pre-pass a request needs before its prompt can be built, or None."""
 
-    def prompt(self, options: DecodeOptions, detected: str | None) -> Prompt:
-        """The prompt, given what the pre-pass detected (None without one)."""
+    def prompt(self, options: DecodeOptions, detected: str | None, num_audio_positions: int = 0) -> Prompt:
+        """The prompt, given what the pre-pass detected (None without one); ``num_audio_positions`` as above."""
 
     def language(self, options: DecodeOptions, detected: str | None) -> str | None:
-        """The language the request is reported in."""
+        """The language the request is reported in, as known when its prompt is built."""
+
+    def output_language(self, language: str | None, token_ids: Sequence[int]) -> str | None:
+        """The language a finished request is reported in, given ``language`` (``language()``'s) and its output
+        tokens: a model that names the language in its output reads it there; the others return ``language``."""

@@ -10,6 +10,7 @@ TOKENIZERS: Registry[type] = Registry(
         "whisper_hf_json": "oasr.tokenizers.whisper",
         "parakeet_hf_json": "oasr.tokenizers.parakeet",
         "hf_json": "oasr.tokenizers.hf_json",
+        "qwen3_asr_json": "oasr.tokenizers.qwen3_asr",
     },
 )
 

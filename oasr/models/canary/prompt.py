@@ -11,6 +11,8 @@ is looked up by name in the checkpoint's vocabulary; none has a fixed id.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from oasr.decode.aed_greedy import AEDGreedyOptions
 from oasr.errors import CheckpointError, UnsupportedOptionError
 from oasr.models.base import Detection, Prompt
@@ -108,14 +110,17 @@ class CanaryPrompter:
         languages = (self.language_ids[source], self.language_ids[target])
         return (*self.head_ids, *languages, self.punctuation_ids[options.punctuation], *self.tail_ids)
 
-    def prompt_len(self, options: DecodeOptions) -> int:
+    def prompt_len(self, options: DecodeOptions, num_audio_positions: int = 0) -> int:
         return len(self.prompt_ids(options))
 
     def detection(self, options: DecodeOptions) -> Detection | None:
         return None
 
-    def prompt(self, options: DecodeOptions, detected: str | None) -> Prompt:
+    def prompt(self, options: DecodeOptions, detected: str | None, num_audio_positions: int = 0) -> Prompt:
         return Prompt(self.prompt_ids(options))
 
     def language(self, options: DecodeOptions, detected: str | None) -> str | None:
         return self.languages_of(options)[0]
+
+    def output_language(self, language: str | None, token_ids: Sequence[int]) -> str | None:
+        return language  # the language is known before decoding (given or detected)

@@ -27,6 +27,7 @@ _MODEL_TYPES = {
     "nemotron3_5_asr": "nemotron3_5_asr",
     "canary": "canary",
     "cohere_asr": "cohere_asr",
+    "qwen3_asr": "qwen3_asr",
 }
 _GENERATION_KEYS = ("suppress_tokens", "begin_suppress_tokens", "alignment_heads")
 

@@ -7,6 +7,8 @@ exist on multilingual checkpoints only; ``<|notimestamps|>`` is there unless the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from oasr.decode.aed_greedy import AEDGreedyOptions
 from oasr.decode.timestamp_rules import TimestampTokens
 from oasr.errors import UnsupportedOptionError
@@ -71,6 +73,9 @@ class WhisperPrompter:
             return "en"
         return options.language if options.language is not None else detected
 
+    def output_language(self, language: str | None, token_ids: Sequence[int]) -> str | None:
+        return language  # the language is known before decoding (given or detected)
+
     def previous_tokens(self, options: DecodeOptions) -> list[int]:
         """The text to condition on, as token ids, cut to the newest ``max_previous_tokens``."""
         if options.prompt:
@@ -79,10 +84,10 @@ class WhisperPrompter:
             ids = list(options.prompt_token_ids)
         return ids[-self.max_previous_tokens :] if ids else []
 
-    def prompt_len(self, options: DecodeOptions) -> int:
+    def prompt_len(self, options: DecodeOptions, num_audio_positions: int = 0) -> int:
         return len(self.prompt(options, None).token_ids)
 
-    def prompt(self, options: DecodeOptions, detected: str | None) -> Prompt:
+    def prompt(self, options: DecodeOptions, detected: str | None, num_audio_positions: int = 0) -> Prompt:
         """The prompt of a request, in the language given or ``detected`` (ignored on English-only models); the
         no-speech probability is read after ``<|startoftranscript|>``."""
         language = options.language if options.language is not None else detected

@@ -1,0 +1,27 @@
+"""The gated feed-forward block of Llama / Qwen decoders (SwiGLU when the activation is SiLU).
+
+``down_proj(act(gate_proj(x)) * up_proj(x))``, the three projections without biases, named as the checkpoints
+name them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from oasr.layers.basic import Linear, activation
+
+
+class GatedMLP(nn.Module):
+    """x [..., hidden] -> [..., hidden] through ``intermediate`` gated units; ``act``: a Hugging Face
+    ``hidden_act`` name (``oasr.layers.activation``)."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str = "silu", *, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = Linear(hidden, intermediate, bias=bias)
+        self.up_proj = Linear(hidden, intermediate, bias=bias)
+        self.down_proj = Linear(intermediate, hidden, bias=bias)
+        self.act_fn = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
