@@ -12,6 +12,7 @@ leaves the one-hot prompt a small share of its input; ``prompt_gain`` scales the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -155,3 +156,21 @@ def reference_streamed(model, features: torch.Tensor, lookahead: int, **inputs) 
     out = model.generate(input_features=mel_chunks(features, lookahead), num_lookahead_tokens=lookahead,
                          max_new_tokens=10**6, **inputs)
     return [t for t in out.sequences[0, 1:].tolist() if t != model.config.blank_token_id]
+
+
+@dataclass
+class Pair:
+    """A reference model, its checkpoint loaded by OASR, and the reference extractor's batch of the clips."""
+
+    reference: torch.nn.Module
+    loaded: object  # oasr's LoadedModel
+    x: torch.Tensor  # the reference extractor's features [B, T, n_mels]
+    lengths: torch.Tensor  # [B] real feature frames
+    directory: Path  # the saved checkpoint
+
+
+def make_pair(reference: torch.nn.Module, directory: Path) -> Pair:
+    directory = save(reference, directory)
+    loaded = oasr.from_pretrained(directory, device="cpu", dtype="float32")
+    x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), clips())
+    return Pair(reference, loaded, x, lengths, directory)

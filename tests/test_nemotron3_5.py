@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,16 @@ from oasr.errors import UnsupportedOptionError
 from oasr.models import ARCHITECTURES
 from oasr.models.capabilities import capabilities_of
 from oasr.models.converters.native import save_native
-from oasr.models.loader import LoadedModel, read_checkpoint, resolve_source
+from oasr.models.loader import read_checkpoint, resolve_source
 from oasr.models.nemotron3_5.prompts import DEFAULT_PROMPT_DICTIONARY
 from oasr.types import DecodeOptions
 from nemotron_reference import (
     JFK,
+    Pair,
     build_reference,
     clips,
     feature_extractor,
+    make_pair,
     reference_features,
     reference_greedy,
     save,
@@ -43,22 +44,10 @@ AUTO, GERMAN = DEFAULT_PROMPT_DICTIONARY["auto"], DEFAULT_PROMPT_DICTIONARY["de"
 PROMPT_GAIN = 2.5
 
 
-@dataclass
-class Pair:
-    reference: torch.nn.Module
-    loaded: LoadedModel
-    x: torch.Tensor  # the reference extractor's features [B, T, n_mels]
-    lengths: torch.Tensor  # [B] real feature frames
-    directory: Path  # the saved checkpoint
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Pair:
-    reference = build_reference("nemotron3_5_asr", prompt_gain=PROMPT_GAIN, calibration_prompts=(AUTO, GERMAN))
-    directory = save(reference, tmp_path_factory.mktemp("nemotron3_5"))
-    loaded = oasr.from_pretrained(directory, device="cpu", dtype="float32")
-    x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), clips())
-    return Pair(reference, loaded, x, lengths, directory)
+    return make_pair(build_reference("nemotron3_5_asr", prompt_gain=PROMPT_GAIN, calibration_prompts=(AUTO, GERMAN)), tmp_path_factory.mktemp("nemotron3_5"))
 
 
 def prompts(prompt_id: int, batch_size: int) -> torch.Tensor:

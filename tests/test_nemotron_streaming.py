@@ -6,7 +6,6 @@ tokens must equal transformers' offline ``generate``."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,15 @@ from oasr.cli import main
 from oasr.models import ARCHITECTURES
 from oasr.models.capabilities import capabilities_of
 from oasr.models.converters.native import save_native
-from oasr.models.loader import LoadedModel, read_checkpoint, resolve_source
+from oasr.models.loader import read_checkpoint, resolve_source
 from oasr.models.nemotron_streaming.encoder import ChunkedLimitedWindow
 from nemotron_reference import (
     JFK,
+    Pair,
     build_reference,
     clips,
     feature_extractor,
+    make_pair,
     reference_features,
     reference_greedy,
     save,
@@ -33,22 +34,10 @@ from parakeet_reference import attention_mask
 TOLERANCE = 1e-4
 
 
-@dataclass
-class Pair:
-    reference: torch.nn.Module
-    loaded: LoadedModel
-    x: torch.Tensor  # the reference extractor's features [B, T, n_mels]
-    lengths: torch.Tensor  # [B] real feature frames
-    directory: Path  # the saved checkpoint
-
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Pair:
-    reference = build_reference()
-    directory = save(reference, tmp_path_factory.mktemp("nemotron_streaming"))
-    loaded = oasr.from_pretrained(directory, device="cpu", dtype="float32")
-    x, lengths = reference_features(feature_extractor(reference.config.encoder_config.num_mel_bins), clips())
-    return Pair(reference, loaded, x, lengths, directory)
+    return make_pair(build_reference(), tmp_path_factory.mktemp("nemotron_streaming"))
 
 
 def test_checkpoint_loads_key_for_key(pair: Pair) -> None:
