@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ from oasr.types import DecodeOptions
 
 log = logging.getLogger(__name__)
 _UPDATES = ("session.update", "transcription_session.update")
+# An event too large to parse may still name itself near either end; the error then says which it was.
+_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
+_PEEK_CHARS = 512
 
 
 class RealtimeService:
@@ -155,6 +159,8 @@ class RealtimeConnection:
         try:
             limit = self.service.settings.max_event_bytes
             if len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit:
+                found = _EVENT_ID.search(text[:_PEEK_CHARS]) or _EVENT_ID.search(text[-_PEEK_CHARS:])
+                event_id = found.group(1) if found else None
                 raise ProtocolError(f"The event is larger than this server's limit of {limit} bytes; send audio "
                                     "in smaller appends.", code="event_too_large")
             try:
