@@ -330,3 +330,61 @@ def test_a_dropped_socket_aborts_its_turn_in_the_engine(engine):
         wait_until(lambda: slow.num_closed_early == 1, "the turn's engine request to be aborted")
         wait_until(lambda: engine_idle(url) and metrics(url)["oasr_realtime_sessions"] == 0, "the engine to idle")
     assert slow.num_finished == 0
+
+
+# ------------------------------------------------------------------------------------ the handshake's other checks
+
+@pytest.fixture(scope="module")
+def small_server(engine) -> str:
+    """One session at a time, closed after 2 s without a client event."""
+    from dataclasses import replace
+
+    from oasr.serving.settings import RealtimeSettings
+
+    served = replace(settings(), realtime=RealtimeSettings(max_sessions=1, idle_timeout_s=2))
+    with running_server(build_app(engine, served), ws_max_size=served.realtime.max_frame_bytes) as url:
+        yield url
+
+
+async def refused(url: str, path: str = "/v1/realtime?intent=transcription", **headers: str) -> tuple[int, dict]:
+    with pytest.raises(websockets.exceptions.InvalidStatus) as refusal:
+        async with websockets.connect(url.replace("http://", "ws://") + path,
+                                      additional_headers={"Authorization": f"Bearer {API_KEY}", **headers}):
+            pass
+    response = refusal.value.response
+    return response.status_code, json.loads(response.body)
+
+
+def test_sessions_past_the_cap_are_refused_with_429_until_one_closes(small_server):
+    async def attempt() -> tuple[int, dict]:
+        async with connect(small_server, "ga") as conn:
+            await next_event(conn, "ga")
+            refusal = await refused(small_server)
+        wait_until(lambda: metrics(small_server)["oasr_realtime_sessions"] == 0, "the session to close")
+        async with connect(small_server, "ga") as conn:  # its place is free again
+            assert (await next_event(conn, "ga"))["type"] == "session.created"
+        return refusal
+
+    status, body = asyncio.run(attempt())
+    assert status == 429 and body["error"]["code"] == "too_many_sessions"
+
+
+def test_a_page_from_another_origin_and_a_socket_without_the_intent_are_refused(small_server):
+    status, body = asyncio.run(refused(small_server, Origin="https://elsewhere.example"))
+    assert status == 403 and body["error"]["code"] == "origin_not_allowed"
+    status, body = asyncio.run(refused(small_server, "/v1/realtime?model=gpt-realtime"))
+    assert status == 400 and body["error"]["param"] == "intent"
+
+
+def test_a_silent_client_is_told_and_closed_after_the_idle_timeout(small_server):
+    async def wait_silently() -> tuple[dict, int]:
+        url = small_server.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {API_KEY}"}) as socket:
+            assert json.loads(await socket.recv())["type"] == "session.created"
+            error = json.loads(await asyncio.wait_for(socket.recv(), 30))
+            with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+                await asyncio.wait_for(socket.recv(), 30)
+            return error, closed.value.rcvd.code
+
+    error, code = asyncio.run(wait_silently())
+    assert error["type"] == "error" and error["error"]["code"] == "idle_timeout" and code == 1000

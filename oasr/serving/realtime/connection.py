@@ -18,13 +18,13 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from oasr.errors import UnsupportedOptionError
 from oasr.serving.protocol import APIError
-from oasr.serving.realtime.audio import InputAudio, InvalidAudioError
+from oasr.serving.realtime.audio import InputAudio
 from oasr.serving.realtime.protocol import (
     ClearedEvent,
     CommittedEvent,
@@ -46,7 +46,6 @@ from oasr.serving.realtime.protocol import (
 )
 from oasr.serving.realtime.session import (
     SAMPLE_RATE,
-    BufferFullError,
     Committed,
     EmptyBufferError,
     SpeechStarted,
@@ -204,15 +203,12 @@ class RealtimeConnection:
             raise ProtocolError("'audio' is not valid base64.", code="invalid_base64", param="audio") from None
         codec = self.audio.codec
         if len(data) % codec.bytes_per_sample:
-            raise ProtocolError(str(InvalidAudioError(f"{codec.name} audio is {codec.bytes_per_sample} bytes per "
-                                                      f"sample; got {len(data)} bytes")),
-                                code="invalid_audio_format", param="audio")
+            raise ProtocolError(f"The session's format is {codec.name}, {codec.bytes_per_sample} bytes per sample; "
+                                f"this append holds {len(data)} bytes.", code="invalid_audio_format", param="audio")
         num_samples = len(data) // codec.bytes_per_sample * SAMPLE_RATE // codec.sample_rate
         if self.buffer.num_buffered_samples + num_samples > self.buffer.max_buffer_samples:
-            raise ProtocolError(str(BufferFullError(f"the input audio buffer holds at most "
-                                                    f"{self.service.settings.max_buffer_s:g} s of audio; commit or "
-                                                    "clear it first")),
-                                code="input_audio_buffer_full", param="audio")
+            raise ProtocolError(f"The input audio buffer holds at most {self.service.settings.max_buffer_s:g} s of "
+                                "audio; commit or clear it first.", code="input_audio_buffer_full", param="audio")
         samples = self.audio.push(data)
         self.serving.metrics.realtime_audio_seconds.inc(len(data) / codec.bytes_per_sample / codec.sample_rate)
         self.buffer.append(samples, bounded=False)  # checked above, before the resampler took the samples
@@ -314,7 +310,7 @@ class RealtimeConnection:
 
     # ------------------------------------------------------------------ helpers
 
-    def _name(self, what: str) -> Any:
+    def _name(self, what: Literal["created", "updated"]) -> Any:  # one of SessionEvent's type literals
         return f"transcription_session.{what}" if self.dialect == "beta" else f"session.{what}"
 
     def _session(self) -> dict[str, Any]:

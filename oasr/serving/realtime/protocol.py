@@ -123,7 +123,7 @@ def updated_config(config: SessionConfig, event: dict[str, Any]) -> SessionConfi
         include = parsed.include
     else:
         parsed = _parse(_BetaSession, session, "session")
-        fields = {{"input_audio_transcription": "transcription"}.get(f, f) for f in parsed.model_fields_set}
+        fields = parsed.model_fields_set
         prefix = "session"
         if parsed.input_audio_format is not None:
             config = replace(config, audio_format=parsed.input_audio_format)

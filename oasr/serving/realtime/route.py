@@ -25,11 +25,7 @@ _CLOSE_POLICY_VIOLATION = 1008
 
 
 def realtime_service(websocket: WebSocket) -> RealtimeService:
-    """The app's realtime service, made on the first session (an app that never opens one holds none)."""
-    state = websocket.app.state
-    if getattr(state, "realtime", None) is None:
-        state.realtime = RealtimeService(state.serving)
-    return state.realtime
+    return websocket.app.state.realtime
 
 
 def add_realtime_route(router: APIRouter) -> None:
