@@ -356,3 +356,27 @@ def test_a_dropped_socket_cancels_its_turn_in_flight():
 
     asyncio.run(run())
     assert serving.num_cancelled == 1
+
+
+def test_the_host_check_refuses_a_socket_for_another_host_before_it_opens():
+    """A page that rebinds its DNS name to 127.0.0.1 opens its socket with its own name in Host."""
+    from oasr.serving.hosts import AllowedHostsMiddleware
+
+    reached = []
+
+    async def app(scope, receive, send):
+        reached.append(scope["type"])
+
+    async def call(host: bytes) -> list[dict]:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "websocket", "path": "/v1/realtime", "headers": [(b"host", host)]}
+        await AllowedHostsMiddleware(app, ("localhost", "127.0.0.1"))(scope, None, send)
+        return sent
+
+    assert asyncio.run(call(b"127.0.0.1:8000")) == [] and reached == ["websocket"]
+    refused = asyncio.run(call(b"attacker.example:8000"))
+    assert [m["type"] for m in refused] == ["websocket.close"] and reached == ["websocket"]
