@@ -154,10 +154,7 @@ class TurnBuffer:
         events they cause."""
         if self.turn_detection is None:
             raise RuntimeError("detect() without turn detection")
-        for p in probs:
-            if self._next_chunk >= self._scan_chunk:
-                self._probs.append(float(p))
-            self._next_chunk += 1
+        self._probs.extend(float(p) for p in probs)
         events: list[SessionEvent] = []
         while self._probs:
             found = self._scan()
@@ -209,7 +206,6 @@ class TurnBuffer:
 
     def _reset_vad(self) -> None:
         self._vad_origin = self._end  # session sample where the detector's chunk 0 begins
-        self._next_chunk = 0  # index of the next probability detect() receives
         self._scan_chunk = 0  # first chunk of the scan (the audio since the last turn boundary)
         self._probs: list[float] = []
         self._speech_item: str | None = None
