@@ -76,7 +76,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="serve a model over an OpenAI-compatible HTTP API",
         description="OpenAI-compatible speech-to-text server: POST /v1/audio/transcriptions and "
         "/v1/audio/translations (json, text, srt, vtt, verbose_json; stream=true for server-sent text events), "
-        "GET /v1/models, /health and /metrics (Prometheus). Overload is answered with 429, never queued forever.",
+        "GET /v1/models, /health and /metrics (Prometheus), and realtime transcription over a WebSocket "
+        "(GET /v1/realtime?intent=transcription, OpenAI's Realtime protocol, GA and beta). Overload is answered "
+        "with 429, never queued forever.",
     )
     p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
     p.add_argument("--served-model-name", default=None,
@@ -111,6 +113,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
                    help="let web pages from ORIGIN (https://app.example.com, or '*') call the API (CORS); "
                    "repeatable; default: no CORS headers")
+    p.add_argument("--realtime-max-sessions", type=int, default=64,
+                   help="realtime transcription sessions (GET /v1/realtime?intent=transcription, WebSocket) open "
+                   "at once; more are refused with 429")
+    p.add_argument("--realtime-max-buffer-s", type=float, default=120,
+                   help="audio one realtime session may hold uncommitted; appends past it get an error event")
+    p.add_argument("--realtime-idle-timeout-s", type=float, default=300,
+                   help="a realtime session whose client sends nothing this long is closed")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
@@ -290,7 +299,7 @@ def _streamed(args: argparse.Namespace, loaded):
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:
     from oasr.serving.app import served_name
-    from oasr.serving.settings import MIB, default_allowed_hosts
+    from oasr.serving.settings import MIB, RealtimeSettings, default_allowed_hosts
 
     env_key = os.environ.get("OASR_API_KEY")
     return ServerSettings(
@@ -306,6 +315,8 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         header_timeout_s=args.header_timeout_s,
         allowed_hosts=tuple(args.allowed_hosts or default_allowed_hosts(args.host)),
         cors_allow_origins=tuple(args.cors_allow_origin or ()),
+        realtime=RealtimeSettings(max_sessions=args.realtime_max_sessions, max_buffer_s=args.realtime_max_buffer_s,
+                                  idle_timeout_s=args.realtime_idle_timeout_s),
     )
 
 

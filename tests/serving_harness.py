@@ -36,13 +36,15 @@ def small_engine(model: str, mode: str | None = None, **kwargs) -> EngineClient:
 
 
 @contextlib.contextmanager
-def running_server(app) -> Iterator[str]:
-    """Serves ``app`` with uvicorn on 127.0.0.1 (a free port) in a background thread; yields its base URL."""
+def running_server(app, **config) -> Iterator[str]:
+    """Serves ``app`` with uvicorn on 127.0.0.1 (a free port) in a background thread; yields its base URL.
+    ``config``: more ``uvicorn.Config`` options (``ws_max_size``, say)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2,
+                                            **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="oasr-test-server", daemon=True)
     thread.start()
     wait_until(lambda: server.started, "the server to start")

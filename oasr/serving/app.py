@@ -22,6 +22,7 @@ from oasr.serving.engine_client import EngineClient
 from oasr.serving.hosts import AllowedHostsMiddleware
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
+from oasr.serving.realtime.connection import RealtimeService
 from oasr.serving.router import build_router
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
@@ -33,6 +34,7 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     """Everything the app holds lives on ``app.state``; two apps in one process share nothing."""
     app = FastAPI(title="OASR", summary="OpenAI-compatible speech-to-text", docs_url=None, redoc_url=None)
     app.state.serving = OpenAIServingTranscription(engine, settings)
+    app.state.realtime = RealtimeService(app.state.serving)  # /v1/realtime's sessions, beside the uploads
     app.state.created = int(time.time())
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)

@@ -78,5 +78,7 @@ def uvicorn_config(app, settings: ServerSettings, **kwargs) -> uvicorn.Config:
     """uvicorn's config for ``app`` under ``settings``: the head deadline, the graceful shutdown; ``kwargs``
     (host, port, log_level ...) as ``uvicorn.Config`` takes them."""
     kwargs.setdefault("timeout_graceful_shutdown", GRACEFUL_SHUTDOWN_S)
+    # Realtime frames up to this size are read, so that an event over the event limit is answered, not cut off.
+    kwargs.setdefault("ws_max_size", settings.realtime.max_frame_bytes)
     http = functools.partial(HeadTimeoutProtocol, head_timeout_s=settings.header_timeout_s)
     return uvicorn.Config(app, http=http, **kwargs)  # type: ignore[arg-type]

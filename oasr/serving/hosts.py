@@ -46,12 +46,15 @@ class AllowedHostsMiddleware:
         return name in self.exact or any(name.endswith(suffix) for suffix in self.suffixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or ANY_HOST in self.allowed:  # no WebSocket routes: those find none
+        if scope["type"] not in ("http", "websocket") or ANY_HOST in self.allowed:
             await self.app(scope, receive, send)
             return
         header = next((value.decode("latin-1") for key, value in scope["headers"] if key == b"host"), None)
         if header is not None and self.allows(host_name(header)):
             await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":  # closing before the accept refuses the handshake (403)
+            await send({"type": "websocket.close", "code": 1008, "reason": "host not allowed"})
             return
         named = f"Host '{header[:_MAX_ECHOED_CHARS]}'" if header is not None else "A request without a Host header"
         error = APIError(400, f"{named} is not served here; this server answers to {', '.join(self.allowed)} "

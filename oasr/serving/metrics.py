@@ -50,6 +50,15 @@ class ServerMetrics:
         self.audio_seconds = Counter("oasr_audio_seconds", "Seconds of audio transcribed",
                                      registry=self.registry)
         self._multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        # /v1/realtime: sessions open, audio received, and a turn's latency from its commit to its transcript.
+        self.realtime_sessions = Gauge("oasr_realtime_sessions", "Realtime transcription sessions open",
+                                       multiprocess_mode="livesum", registry=self.registry)
+        self.realtime_audio_seconds = Counter("oasr_realtime_audio_seconds",
+                                              "Seconds of audio received by realtime sessions",
+                                              registry=self.registry)
+        self.realtime_completion_seconds = Histogram("oasr_realtime_completion_seconds",
+                                                     "A realtime turn's commit to its completed transcript",
+                                                     buckets=LATENCY_BUCKETS, registry=self.registry)
         # One of several workers: its in-flight count is a gauge the workers' files sum; alone, it is read live.
         self._in_flight = Gauge(*_IN_FLIGHT, multiprocess_mode="livesum", registry=self.registry) \
             if self._multiprocess else None

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
+from oasr.serving.auth import api_key_index
 from oasr.serving.protocol import (
     APIError,
     ModelCard,
@@ -15,6 +14,7 @@ from oasr.serving.protocol import (
     TranslationParams,
     form_request_body,
 )
+from oasr.serving.realtime.route import add_realtime_route
 from oasr.serving.serving import OpenAIServingTranscription
 
 
@@ -25,17 +25,7 @@ def serving(request: Request) -> OpenAIServingTranscription:
 def require_api_key(request: Request) -> int | None:
     """With API keys configured, /v1/* needs ``Authorization: Bearer <key>``; checked before the upload is read.
     Returns the index of the key given (None on an open server): each key's open requests are capped."""
-    keys = serving(request).settings.api_keys
-    if not keys:
-        return None
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        # Every key is compared (in constant time each), so the time taken tells nothing about which matched.
-        matches = [hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]
-        if any(matches):
-            return matches.index(True)
-    raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
-                   code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    return api_key_index(request.headers.get("authorization", ""), serving(request).settings.api_keys)
 
 
 def build_router() -> APIRouter:
@@ -65,6 +55,8 @@ def build_router() -> APIRouter:
 
     router = APIRouter()
     router.include_router(v1)
+    # A WebSocket route takes no Request, so it checks the API key itself (the same check), before accepting.
+    add_realtime_route(router)
 
     @router.get("/health", summary="200 while the engine runs, 503 once it has stopped")
     async def health(request: Request) -> Response:

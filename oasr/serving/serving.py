@@ -295,6 +295,45 @@ class OpenAIServingTranscription:
         except AudioDecodeError as exc:
             raise APIError(400, f"Could not read the audio: {exc}", param="file", code="invalid_audio") from None
 
+    # ------------------------------------------------------------------------------------ realtime turns
+
+    async def transcribe_turn(self, audio: np.ndarray, options: DecodeOptions, hold: Ticket,
+                              on_text: Callable[[str], Awaitable[None]]) -> Transcription:
+        """One realtime turn (16 kHz samples) decoded as an upload's audio is, beside the uploads: a place in
+        admission (releasing ``hold``, the turn's place among its client's, with it), the offline cut and plan,
+        every window at once; text handed to ``on_text`` as it becomes stable. Raises ``APIError`` (busy,
+        timed out, the engine stopped). Cancelling it aborts the turn's engine requests."""
+        try:
+            ticket = self.admission.acquire(hold)
+        except APIError:
+            hold.release()
+            raise
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+        decode: WindowedDecode | None = None
+        try:
+            spans = self.span_planner(audio)
+            decode = WindowedDecode(self.engine, audio, spans, await self._plan(options, len(spans)), partial=True)
+            text = OrderedText(self.tokenizer, decode.num_windows)
+            while not decode.done:
+                index, progress = await decode.next(deadline)
+                if progress.output is not None:
+                    self._observe_window(progress.output)
+                piece = text.add(index, progress)
+                if piece:
+                    await on_text(piece)
+            duration_s = audio_duration(audio)
+            self.metrics.total_seconds.observe(time.perf_counter() - ticket.admitted_at)
+            self.metrics.audio_seconds.inc(duration_s)
+            return assemble("realtime", duration_s, decode.results())
+        except (APIError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise self._api_error(exc) from None
+        finally:
+            if decode is not None:
+                decode.cancel()
+            ticket.release()
+
     # ------------------------------------------------------------------------------------ decoding
 
     async def _collect(self, job: TranscriptionJob) -> TranscriptionResult:

@@ -14,6 +14,36 @@ LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 ANY_HOST = "*"
 
 
+# OpenAI's own cap on one Realtime client event (an ``input_audio_buffer.append`` carries at most this much).
+DEFAULT_MAX_EVENT_MB = 15
+
+
+@dataclass(frozen=True)
+class RealtimeSettings:
+    """``GET /v1/realtime?intent=transcription`` (WebSocket): what one server and one session may hold."""
+
+    max_sessions: int = 64  # sessions open at once; more are refused (429) before the socket is accepted
+    max_buffer_s: float = 120.0  # audio one uncommitted buffer holds; an append past it gets an error event
+    max_event_bytes: int = DEFAULT_MAX_EVENT_MB * MIB  # larger client events get an error event
+    # The socket's own frame limit: frames up to it are read and answered (an error event past
+    # ``max_event_bytes``), larger ones close the socket (1009). Above max_event_bytes, so a client one event
+    # too large hears why.
+    max_frame_bytes: int = 2 * DEFAULT_MAX_EVENT_MB * MIB
+    idle_timeout_s: float = 300.0  # a session whose client sends nothing this long (no turn running) is closed
+    vad: str = "silero"  # the VAD detector (``oasr.vad`` registry) behind server_vad turn detection
+
+    def __post_init__(self) -> None:
+        for name in ("max_sessions", "max_event_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RealtimeSettings.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_buffer_s", "idle_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"RealtimeSettings.{name} must be > 0, got {getattr(self, name)}")
+        if self.max_frame_bytes < self.max_event_bytes:
+            raise ValueError(f"RealtimeSettings.max_frame_bytes ({self.max_frame_bytes}) must be at least "
+                             f"max_event_bytes ({self.max_event_bytes})")
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     served_model_name: str  # the id /v1/models lists and requests name in ``model``
@@ -38,6 +68,7 @@ class ServerSettings:
     # Host header names answered (any port; "*": any host). Others get 400: see ``default_allowed_hosts``.
     allowed_hosts: tuple[str, ...] = (ANY_HOST,)
     cors_allow_origins: tuple[str, ...] = ()  # origins browsers may call from ("*": any); none: no CORS headers
+    realtime: RealtimeSettings = RealtimeSettings()
 
     def __post_init__(self) -> None:
         if not self.served_model_name:

@@ -1,0 +1,22 @@
+"""The API-key check every /v1 route makes, HTTP and WebSocket alike."""
+
+from __future__ import annotations
+
+import hmac
+
+from oasr.serving.protocol import APIError
+
+
+def api_key_index(authorization: str, keys: tuple[str, ...]) -> int | None:
+    """The index of the key an ``Authorization`` header carries (None when ``keys`` is empty: an open server);
+    raises the 401 ``APIError`` when it carries none of them. HTTP routes and the realtime socket share it."""
+    if not keys:
+        return None
+    scheme, _, given = authorization.partition(" ")
+    if scheme.lower() == "bearer":
+        # Every key is compared (in constant time each), so the time taken tells nothing about which matched.
+        matches = [hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]
+        if any(matches):
+            return matches.index(True)
+    raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+                   code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})

@@ -1,0 +1,317 @@
+"""One realtime transcription session over an accepted WebSocket: client events in, server events out.
+
+The receive loop decodes audio into the session's ``TurnBuffer`` (scoring it with the VAD when server VAD is on)
+and acts on commits, clears and updates; committed turns queue for a worker task that transcribes them one at a
+time, in order, through the server's engine client (``OpenAIServingTranscription.transcribe_turn``, the path
+uploads take, with its admission). A socket that closes cancels that task, which aborts the running turn's
+engine requests. Bad client input is answered with an ``error`` event and the session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from oasr.errors import UnsupportedOptionError
+from oasr.serving.protocol import APIError
+from oasr.serving.realtime.audio import InputAudio
+from oasr.serving.realtime.protocol import (
+    ClearedEvent,
+    CommittedEvent,
+    Dialect,
+    DurationUsage,
+    ErrorDetail,
+    ErrorEvent,
+    ProtocolError,
+    ServerEvent,
+    SessionConfig,
+    SessionEvent,
+    SpeechStartedEvent,
+    SpeechStoppedEvent,
+    TranscriptCompletedEvent,
+    TranscriptDeltaEvent,
+    TranscriptFailedEvent,
+    session_object,
+    updated_config,
+)
+from oasr.serving.realtime.session import (
+    SAMPLE_RATE,
+    Committed,
+    EmptyBufferError,
+    SpeechStarted,
+    SpeechStopped,
+    TurnBuffer,
+)
+from oasr.serving.realtime.vad import DetectorHandle, StreamScorer, UnavailableVADError
+from oasr.serving.serving import OpenAIServingTranscription
+from oasr.types import DecodeOptions
+
+log = logging.getLogger(__name__)
+_UPDATES = ("session.update", "transcription_session.update")
+# An event too large to parse may still name itself near either end; the error then says which it was.
+_EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
+_PEEK_CHARS = 512
+
+
+class RealtimeService:
+    """What every session of one app shares: the serving logic, the detector, the count of open sessions."""
+
+    def __init__(self, serving: OpenAIServingTranscription) -> None:
+        self.serving = serving
+        self.settings = serving.settings.realtime
+        self.detector = DetectorHandle(self.settings.vad)
+        self.num_sessions = 0
+
+
+@dataclass(frozen=True)
+class QueuedTurn:
+    committed: Committed
+    options: DecodeOptions
+    committed_at: float  # perf_counter
+
+
+class _Closed(Exception):
+    """The socket is gone (or closed by us); the session ends."""
+
+
+class RealtimeConnection:
+    def __init__(self, websocket: WebSocket, service: RealtimeService, dialect: Dialect, api_key: int | None) -> None:
+        self.ws = websocket
+        self.service = service
+        self.serving = service.serving
+        self.dialect = dialect
+        self.api_key = api_key
+        self.client = websocket.client.host if websocket.client else ""
+        self.session_id = f"sess_{secrets.token_hex(12)}"
+        self.config = SessionConfig()
+        self.buffer = TurnBuffer(int(service.settings.max_buffer_s * SAMPLE_RATE))
+        self.audio = InputAudio(self.config.audio_format)
+        self.scorer: StreamScorer | None = None
+        self.turns: asyncio.Queue[QueuedTurn] = asyncio.Queue()
+        self.num_open_turns = 0  # queued or transcribing
+        self._send_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ the session's life
+
+    async def run(self) -> None:
+        worker = asyncio.create_task(self._transcribe_turns())
+        try:
+            try:
+                await self._start_vad(self.config)
+            except ProtocolError as exc:  # no VAD on this server: the session starts with manual commits
+                log.warning("realtime session without server VAD: %s", exc.message)
+                self.config = SessionConfig(turn_detection=None)
+            await self.send(SessionEvent(type=self._name("created"), session=self._session()))
+            while (message := await self._receive()) is not None:
+                await self._handle(message)
+        except (_Closed, WebSocketDisconnect):
+            pass
+        finally:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+
+    async def _receive(self) -> str | None:
+        """The next text frame; None once the client has gone or stayed silent past the idle timeout."""
+        while True:
+            try:
+                message = await asyncio.wait_for(self.ws.receive(), self.service.settings.idle_timeout_s)
+            except TimeoutError:
+                if self.num_open_turns:
+                    continue
+                await self.send(ErrorEvent.of(ProtocolError(
+                    f"No client event for {self.service.settings.idle_timeout_s:g} s; the session is closed.",
+                    code="idle_timeout")))
+                await self.ws.close(1000)
+                return None
+            if message["type"] == "websocket.disconnect":
+                return None
+            if message.get("text") is not None:
+                return message["text"]
+            await self.send(ErrorEvent.of(ProtocolError("Events are JSON text frames; a binary frame was sent.",
+                                                        code="invalid_event")))
+
+    async def send(self, event: ServerEvent) -> None:
+        try:
+            async with self._send_lock:
+                await self.ws.send_text(event.model_dump_json())
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise _Closed from exc
+        except Exception as exc:  # the server library's own "connection closed"
+            if type(exc).__name__.startswith("ConnectionClosed"):
+                raise _Closed from exc
+            raise
+
+    # ------------------------------------------------------------------ client events
+
+    async def _handle(self, text: str) -> None:
+        event_id = None
+        try:
+            limit = self.service.settings.max_event_bytes
+            if len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit:
+                found = _EVENT_ID.search(text[:_PEEK_CHARS]) or _EVENT_ID.search(text[-_PEEK_CHARS:])
+                event_id = found.group(1) if found else None
+                raise ProtocolError(f"The event is larger than this server's limit of {limit} bytes; send audio "
+                                    "in smaller appends.", code="event_too_large")
+            try:
+                event = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ProtocolError(f"The event is not valid JSON: {exc.msg}.", code="invalid_json") from None
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+                raise ProtocolError("An event is a JSON object with a string 'type'.", code="invalid_event",
+                                    param="type")
+            event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+            await self._dispatch(event)
+        except ProtocolError as exc:
+            await self.send(ErrorEvent.of(exc, event_id))
+
+    async def _dispatch(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "input_audio_buffer.append":
+            await self._append(event)
+        elif kind == "input_audio_buffer.commit":
+            await self._commit()
+        elif kind == "input_audio_buffer.clear":
+            self.audio.flush()
+            self.buffer.clear()
+            await self._restart_scorer()
+            await self.send(ClearedEvent())
+        elif kind in _UPDATES:
+            await self._update(event)
+        else:
+            raise ProtocolError(f"Unknown event type '{kind[:64]}'. This transcription session takes "
+                                f"{', '.join(_UPDATES)}, input_audio_buffer.append, .commit and .clear.",
+                                code="unknown_event_type", param="type")
+
+    async def _append(self, event: dict[str, Any]) -> None:
+        encoded = event.get("audio")
+        if not isinstance(encoded, str):
+            raise ProtocolError("input_audio_buffer.append needs 'audio', a base64 string.", code="invalid_value",
+                                param="audio")
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ProtocolError("'audio' is not valid base64.", code="invalid_base64", param="audio") from None
+        codec = self.audio.codec
+        if len(data) % codec.bytes_per_sample:
+            raise ProtocolError(f"The session's format is {codec.name}, {codec.bytes_per_sample} bytes per sample; "
+                                f"this append holds {len(data)} bytes.", code="invalid_audio_format", param="audio")
+        num_samples = len(data) // codec.bytes_per_sample * SAMPLE_RATE // codec.sample_rate
+        if self.buffer.num_buffered_samples + num_samples > self.buffer.max_buffer_samples:
+            raise ProtocolError(f"The input audio buffer holds at most {self.service.settings.max_buffer_s:g} s of "
+                                "audio; commit or clear it first.", code="input_audio_buffer_full", param="audio")
+        samples = self.audio.push(data)
+        self.serving.metrics.realtime_audio_seconds.inc(len(data) / codec.bytes_per_sample / codec.sample_rate)
+        self.buffer.append(samples, bounded=False)  # checked above, before the resampler took the samples
+        if self.scorer is not None:
+            probs = await asyncio.to_thread(self.scorer.push, samples)
+            for found in self.buffer.detect(probs):
+                if isinstance(found, SpeechStarted):
+                    await self.send(SpeechStartedEvent(item_id=found.item_id, audio_start_ms=found.audio_start_ms))
+                elif isinstance(found, SpeechStopped):
+                    await self.send(SpeechStoppedEvent(item_id=found.item_id, audio_end_ms=found.audio_end_ms))
+                else:
+                    await self._committed(found)
+
+    async def _commit(self) -> None:
+        self.buffer.append(self.audio.flush(), bounded=False)  # the resampler's tail belongs to this turn
+        try:
+            committed = self.buffer.commit()
+        except EmptyBufferError:
+            raise ProtocolError("Cannot commit an empty input audio buffer; append audio first.",
+                                code="input_audio_buffer_commit_empty") from None
+        await self._restart_scorer()
+        await self._committed(committed)
+
+    async def _committed(self, committed: Committed) -> None:
+        await self.send(CommittedEvent(item_id=committed.item_id, previous_item_id=committed.previous_item_id))
+        self.num_open_turns += 1
+        self.turns.put_nowait(QueuedTurn(committed, self._options(self.config), time.perf_counter()))
+
+    async def _update(self, event: dict[str, Any]) -> None:
+        config = updated_config(self.config, event)
+        param = "session.audio.input.transcription" if event["type"] == "session.update" else \
+            "session.input_audio_transcription"
+        if config.model is not None and not self.serving.settings.accepts_model(config.model):
+            raise ProtocolError(f"The model `{config.model[:128]}` does not exist; this server serves "
+                                f"`{self.serving.settings.served_model_name}`.", code="model_not_found",
+                                param=f"{param}.model")
+        for name in ("language", "prompt"):
+            try:
+                await self.serving.engine.check(DecodeOptions(**{name: getattr(config, name) or None}))
+            except UnsupportedOptionError as exc:
+                raise ProtocolError(str(exc), code="unsupported_option", param=f"{param}.{name}") from None
+        if config.turn_detection != self.config.turn_detection:
+            await self._start_vad(config)
+        if config.audio_format != self.config.audio_format:
+            self.buffer.append(self.audio.flush(), bounded=False)
+            self.audio = InputAudio(config.audio_format)
+        self.config = config
+        await self.send(SessionEvent(type=self._name("updated"), session=self._session()))
+
+    # ------------------------------------------------------------------ VAD and turns
+
+    async def _start_vad(self, config: SessionConfig) -> None:
+        """Turn detection as ``config`` asks, the detector's stream started afresh; raises ``ProtocolError``
+        (the session unchanged) when the server has no VAD to offer."""
+        scorer = None
+        if config.turn_detection is not None:
+            try:
+                scorer = await asyncio.to_thread(self.service.detector.stream)
+            except UnavailableVADError as exc:
+                raise ProtocolError(f"Server VAD is not available: {exc}; set turn_detection to null and commit "
+                                    "by hand.", code="unsupported_option", param="turn_detection") from None
+        self.scorer = scorer
+        self.buffer.set_turn_detection(config.turn_detection)
+
+    async def _restart_scorer(self) -> None:
+        """After a commit or clear the buffer's VAD starts again at its end; so does the detector's stream."""
+        if self.scorer is not None:
+            self.scorer = await asyncio.to_thread(self.service.detector.stream)
+
+    def _options(self, config: SessionConfig) -> DecodeOptions:
+        return DecodeOptions(language=config.language or None, prompt=config.prompt or None)
+
+    async def _transcribe_turns(self) -> None:
+        while True:
+            turn = await self.turns.get()
+            try:
+                await self._transcribe(turn)
+            except _Closed:
+                return
+            finally:
+                self.num_open_turns -= 1
+
+    async def _transcribe(self, turn: QueuedTurn) -> None:
+        item_id = turn.committed.item_id
+
+        async def delta(piece: str) -> None:
+            await self.send(TranscriptDeltaEvent(item_id=item_id, delta=piece))
+
+        try:
+            hold = self.serving.client_caps.acquire(self.client, self.api_key)
+            result = await self.serving.transcribe_turn(turn.committed.audio, turn.options, hold, delta)
+        except APIError as exc:
+            await self.send(TranscriptFailedEvent(item_id=item_id, error=ErrorDetail(
+                type=exc.type, code=exc.code, message=exc.message, param=exc.param)))
+            return
+        await self.send(TranscriptCompletedEvent(item_id=item_id, transcript=result.text,
+                                                 usage=DurationUsage(seconds=round(turn.committed.duration_s, 3))))
+        self.serving.metrics.realtime_completion_seconds.observe(time.perf_counter() - turn.committed_at)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _name(self, what: Literal["created", "updated"]) -> Any:  # one of SessionEvent's type literals
+        return f"transcription_session.{what}" if self.dialect == "beta" else f"session.{what}"
+
+    def _session(self) -> dict[str, Any]:
+        return session_object(self.config, self.session_id, self.serving.settings.served_model_name, self.dialect)

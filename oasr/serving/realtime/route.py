@@ -1,0 +1,73 @@
+"""``GET /v1/realtime?intent=transcription``: the WebSocket handshake's checks, then one session.
+
+Before the socket is accepted: the API key (as /v1's HTTP routes check it), the intent, the page's Origin (a
+browser page may open a socket to any site it likes; only origins allowed for CORS may) and the session cap.
+A refusal is answered as an HTTP response in OpenAI's error shape where the server supports that (uvicorn's
+``websocket.http.response`` extension), else by closing the handshake (403).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket
+
+from oasr.serving.admission import busy
+from oasr.serving.auth import api_key_index
+from oasr.serving.protocol import APIError
+from oasr.serving.realtime.connection import RealtimeConnection, RealtimeService
+from oasr.serving.settings import ANY_HOST
+
+log = logging.getLogger(__name__)
+_CLOSE_POLICY_VIOLATION = 1008
+
+
+def realtime_service(websocket: WebSocket) -> RealtimeService:
+    return websocket.app.state.realtime
+
+
+def add_realtime_route(router: APIRouter) -> None:
+    @router.websocket("/v1/realtime")
+    async def realtime(websocket: WebSocket) -> None:
+        service = realtime_service(websocket)
+        try:
+            api_key = _admit(websocket, service)
+        except APIError as exc:
+            await _refuse(websocket, exc)
+            return
+        beta = "realtime=v1" in websocket.headers.get("openai-beta", "").replace(" ", "")
+        service.num_sessions += 1
+        service.serving.metrics.realtime_sessions.inc()
+        try:
+            await websocket.accept()
+            await RealtimeConnection(websocket, service, "beta" if beta else "ga", api_key).run()
+        finally:
+            service.num_sessions -= 1
+            service.serving.metrics.realtime_sessions.dec()
+
+
+def _admit(websocket: WebSocket, service: RealtimeService) -> int | None:
+    settings = service.serving.settings
+    api_key = api_key_index(websocket.headers.get("authorization", ""), settings.api_keys)
+    intent = websocket.query_params.get("intent")
+    if intent != "transcription":
+        raise APIError(400, "This server serves transcription sessions only: connect to "
+                       "/v1/realtime?intent=transcription.", param="intent", code="unsupported_intent")
+    origin = websocket.headers.get("origin")
+    if origin is not None and ANY_HOST not in settings.cors_allow_origins and origin not in settings.cors_allow_origins:
+        raise APIError(403, f"Origin '{origin[:128]}' may not open realtime sessions here "
+                       "(oasr serve --cors-allow-origin).", code="origin_not_allowed")
+    if service.num_sessions >= service.settings.max_sessions:
+        raise busy(f"The server has its maximum of {service.settings.max_sessions} realtime sessions open; "
+                   "retry shortly.", settings.retry_after_s, code="too_many_sessions")
+    return api_key
+
+
+async def _refuse(websocket: WebSocket, error: APIError) -> None:
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(JSONResponse(error.body(), status_code=error.status,
+                                                          headers=error.headers))
+    else:
+        await websocket.close(_CLOSE_POLICY_VIOLATION, reason=error.message[:120])
