@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("transcribe", help="transcribe audio files")
-    p.add_argument("files", nargs="+", type=Path, help="audio files (wav, flac, mp3, ogg, opus, m4a, webm ...)")
+    p.add_argument("files", nargs="*", type=Path, help="audio files (wav, flac, mp3, ogg, opus, m4a, webm ...)")
+    p.add_argument("--manifest", type=Path, default=None,
+                   help="a JSON Lines file of more inputs, one {\"audio\": PATH} or {\"id\": NAME, \"audio\": PATH} "
+                   "per line (PATH relative to the manifest's directory; with --output-dir an id is the output's "
+                   "name); read after the FILES")
     p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
@@ -54,7 +58,18 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-dir", type=Path, default=None,
                    help="write STEM.FORMAT per input here instead of stdout; an input whose stem an earlier input "
                    "already has gets STEM-1.FORMAT, STEM-2.FORMAT, ... (input order; a name that another input's "
-                   "own stem takes is skipped), so no output overwrites another")
+                   "own stem takes is skipped), so no output overwrites another. Inputs whose output is already "
+                   "there are skipped, so an interrupted run resumes where it stopped")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --output-dir: transcribe every input again, replacing outputs already there")
+    p.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                   help="transcribe on a Ray cluster: audio decoded by Ray tasks, N actors each holding the model "
+                   "(pip install 'oasr[ray]'; see docs/scale-out.md)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --ray-workers: the cluster to join ('auto', HOST:PORT, ray://HOST:10001); default: "
+                   "start a local one")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
+                   help="with --ray-workers: GPUs each actor reserves (0.5 puts two actors on one GPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it counts audio seconds, on a terminal)")
     p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
                    help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
@@ -132,22 +147,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
 
 
 def output_names(files: Sequence[Path]) -> list[str]:
-    """The --output-dir stem of each input: its own stem for the first input with that stem, then STEM-1,
-    STEM-2, ... for later ones, skipping any name that is some input's own stem."""
-    reserved = {f.stem for f in files}
-    seen: set[str] = set()
-    names = []
-    for path in files:
-        name = path.stem
-        if name in seen:
-            n = 1
-            while f"{path.stem}-{n}" in reserved:
-                n += 1
-            name = f"{path.stem}-{n}"
-            reserved.add(name)
-        seen.add(name)
-        names.append(name)
-    return names
+    """The --output-dir stem of each input file (``oasr.scale.inputs.output_names``)."""
+    from oasr.scale.inputs import TranscribeInput, output_names as names_of
+
+    return names_of([TranscribeInput(f) for f in files])
 
 
 def write_output(target: Path, text: str) -> None:
@@ -203,37 +206,77 @@ def _check_output_dir(output_dir: Path | None) -> str | None:
 
 
 def cmd_transcribe(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from oasr.api import iter_transcribe
+    from oasr.scale.inputs import output_names as names_of
 
     try:
         options = _transcribe_options(args)
+        ray_options = _ray_options(args)
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
-    problem = _check_output_dir(args.output_dir)
+    problem = _check_output_dir(args.output_dir) or _mode_conflict(args)
     if problem:
         print(f"oasr: error: {problem}", file=sys.stderr)
         return 2
-    dtype = None if args.dtype == "auto" else args.dtype
+    inputs = _inputs(args)
+    if not inputs:
+        print("oasr: error: nothing to transcribe: give audio files or --manifest", file=sys.stderr)
+        return 2
+    names = names_of(inputs)
+    todo = _unfinished(args, names)
+    if not todo:
+        return 0
+    paths = [inputs[i].path for i in todo]
+    if ray_options is not None:
+        results, progress = _ray_results(args, paths, options, ray_options)
+    else:
+        results, progress = _local_results(args, paths)
+    try:
+        failed = _emit(args, [names[i] for i in todo], results, progress)
+    finally:
+        progress.close()
+    return 1 if failed else 0
+
+
+def _inputs(args: argparse.Namespace) -> list:
+    """The FILES, then the --manifest's entries (``ManifestError``, an OASRError, names a bad line)."""
+    from oasr.scale.inputs import TranscribeInput, read_manifest
+
+    inputs = [TranscribeInput(f) for f in args.files]
+    if args.manifest is not None:
+        inputs += read_manifest(args.manifest)
+    return inputs
+
+
+def _unfinished(args: argparse.Namespace, names: list[str]) -> list[int]:
+    """The inputs to transcribe: all of them, or with --output-dir those whose output is not there yet."""
+    from oasr.scale.inputs import unfinished
+
+    if args.output_dir is None or args.overwrite:
+        return list(range(len(names)))
+    todo = unfinished(names, args.output_dir, args.output_format)
+    if len(todo) < len(names):
+        print(f"oasr: skipping {len(names) - len(todo)} of {len(names)} inputs whose output is already in "
+              f"{args.output_dir} (--overwrite transcribes them again)", file=sys.stderr)
+    return todo
+
+
+def _progress_bar(args: argparse.Namespace, unit: str, total: float = 0):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, unit_scale=True, disable=True if args.quiet else None, file=sys.stderr,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} " + unit + " [{elapsed}<{remaining}]")
+
+
+def _local_results(args: argparse.Namespace, paths: list[Path]):
+    from oasr.api import iter_transcribe
     from oasr.models.capabilities import capabilities_of
     from oasr.models.loader import from_pretrained
 
-    if args.stream:
-        problem = _stream_conflict(args)
-        if problem:
-            print(f"oasr: error: {problem}", file=sys.stderr)
-            return 2
-    elif args.chunk_ms is not None or args.endpointing:
-        print("oasr: error: --chunk-ms and --endpointing need --stream", file=sys.stderr)
-        return 2
-    loaded = from_pretrained(args.model, device=args.device, dtype=dtype)
+    loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype)
     options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
-    names = output_names(args.files)
     # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
-    progress = tqdm(total=0, unit="s", unit_scale=True, disable=True if args.quiet else None, file=sys.stderr,
-                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} audio s [{elapsed}<{remaining}]")
+    progress = _progress_bar(args, "audio s")
 
     def on_progress(found_s: float, done_s: float) -> None:
         if found_s:
@@ -242,30 +285,90 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
         if done_s:
             progress.update(done_s)
 
-    failed, collected = 0, []
     if args.stream:
-        results = _streamed(args, loaded)
+        results = _streamed(args, loaded, paths)
     else:
-        results = iter_transcribe(args.files, loaded, options=options, on_progress=on_progress)
-    for name, result in zip(names, results, strict=True):
+        results = iter_transcribe(paths, loaded, options=options, on_progress=on_progress)
+    return enumerate(results), progress
+
+
+def _ray_results(args: argparse.Namespace, paths: list[Path], options: TranscribeOptions, ray_options):
+    """Results from a Ray cluster as they come; the bar counts files (audio lengths are known only remotely)."""
+    from dataclasses import replace
+
+    from oasr.scale.ray_transcribe import WorkerSpec, transcribe_on_ray
+
+    model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model  # actors' cwd may differ
+    spec = WorkerSpec(model=model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
+                      options=options, timed_options=_transcribe_options(args, timed_model=True),
+                      batch_size=options.batch_size)
+    progress = _progress_bar(args, "files", total=len(paths))
+
+    def counted():
+        for index, result in transcribe_on_ray(paths, spec, ray_options):
+            progress.update(1)
+            yield index, result
+
+    return counted(), progress
+
+
+def _emit(args: argparse.Namespace, names: list[str], results, progress) -> int:
+    """Writes each ``(index, result)`` (in any order) as the local run does: into --output-dir as it comes, or
+    on stdout in input order; returns how many inputs failed."""
+    failed, collected, held, next_index = 0, [], {}, 0
+    for index, result in results:
         if result.error:
             failed += 1
             progress.write(f"oasr: error: {result.error}", file=sys.stderr)
         elif args.output_dir:
-            target = args.output_dir / f"{name}.{args.output_format}"
+            target = args.output_dir / f"{names[index]}.{args.output_format}"
             try:
                 write_output(target, render(result, args.output_format))
             except OSError as exc:
                 failed += 1
                 progress.write(f"oasr: error: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)
-        elif args.output_format == "json":
-            collected.append(result)
-        else:
-            _print(render(result, args.output_format))
-    progress.close()
+        if args.output_dir:
+            continue
+        held[index] = None if result.error else result
+        while next_index in held:  # stdout keeps input order
+            ready = held.pop(next_index)
+            next_index += 1
+            if ready is None:
+                continue
+            if args.output_format == "json":
+                collected.append(ready)
+            else:
+                _print(render(ready, args.output_format))
     if collected:
         _print(render_many(collected, "json"))
-    return 1 if failed else 0
+    return failed
+
+
+def _ray_options(args: argparse.Namespace):
+    """The --ray-* options, or None for a local run."""
+    if args.ray_workers is None:
+        if args.ray_address is not None or args.gpus_per_worker:
+            raise ValueError("--ray-address and --gpus-per-worker need --ray-workers")
+        return None
+    from oasr.scale.ray_transcribe import RayOptions
+
+    return RayOptions(num_workers=args.ray_workers, address=args.ray_address, gpus_per_worker=args.gpus_per_worker)
+
+
+def _mode_conflict(args: argparse.Namespace) -> str | None:
+    """Why the --stream / --ray-workers choice cannot run (None when it can)."""
+    if args.stream:
+        if args.ray_workers is not None:
+            return "--stream cannot be combined with --ray-workers"
+        return _stream_conflict(args)
+    if args.chunk_ms is not None or args.endpointing:
+        return "--chunk-ms and --endpointing need --stream"
+    if args.ray_workers is not None:
+        from oasr.scale.ray_transcribe import RAY_MISSING, ray_data_available
+
+        if not ray_data_available():
+            return RAY_MISSING
+    return None
 
 
 def _stream_conflict(args: argparse.Namespace) -> str | None:
@@ -279,13 +382,13 @@ def _stream_conflict(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _streamed(args: argparse.Namespace, loaded):
+def _streamed(args: argparse.Namespace, loaded, paths: list[Path]):
     from oasr.streaming.endpointing import EndpointConfig
     from oasr.transcription.streamed import StreamTranscriber, StreamTranscribeOptions
 
     options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
                                       endpointing=EndpointConfig() if args.endpointing else None)
-    return StreamTranscriber(loaded, options).run(args.files)
+    return StreamTranscriber(loaded, options).run(paths)
 
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:
