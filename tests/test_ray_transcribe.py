@@ -193,16 +193,20 @@ def _dying_once_worker(marker: Path):
 def test_an_actor_that_dies_is_restarted_and_every_input_written_once(ray_cluster, clip_manifest: Path,
                                                                       local_outputs, tmp_path: Path,
                                                                       monkeypatch) -> None:
-    import oasr.cli
+    import oasr.transcribe_command
     import oasr.scale.ray_transcribe as ray_transcribe
 
     marker = tmp_path / "died"
     monkeypatch.setattr(ray_transcribe, "transcribe_on_ray",
                         functools.partial(ray_transcribe.transcribe_on_ray, worker=_dying_once_worker(marker)))
     written: list[str] = []
-    write_output = oasr.cli.write_output
-    monkeypatch.setattr(oasr.cli, "write_output", lambda target, text: (written.append(target.name),
-                                                                         write_output(target, text)))
+    write_output = oasr.transcribe_command.write_output
+
+    def counted_write(target: Path, text: str) -> None:
+        written.append(target.name)
+        write_output(target, text)
+
+    monkeypatch.setattr(oasr.transcribe_command, "write_output", counted_write)
     out = tmp_path / "out"
     assert main(["transcribe", "--manifest", str(clip_manifest), *COMMON, "--output-format", "jsonl",
                  "--output-dir", str(out), "--ray-workers", "2"]) == 0
