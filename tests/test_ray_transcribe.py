@@ -128,6 +128,9 @@ def test_a_resumed_run_skips_inputs_whose_output_exists(tmp_path: Path, capsys) 
     assert main(["transcribe", "--manifest", str(manifest), "--model", "no-such-model", "--quiet",
                  "--output-dir", str(out)]) == 0
     assert "skipping 2 of 2 inputs" in capsys.readouterr().err
+    assert main(["transcribe", "--manifest", str(manifest), "--device", "cpu", "--quiet", "--overwrite",
+                 "--output-dir", str(out)]) == 0
+    assert "fellow Americans" in (out / "done.txt").read_text(encoding="utf-8")
 
 
 def test_ray_workers_without_ray_installed_name_the_extra(monkeypatch, capsys) -> None:
@@ -135,6 +138,18 @@ def test_ray_workers_without_ray_installed_name_the_extra(monkeypatch, capsys) -
     assert main(["transcribe", str(JFK), "--ray-workers", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["oasr: error: --ray-workers needs Ray Data, which is not installed: pip install 'oasr[ray]'"]
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (["--ray-address", "auto"], "--ray-address and --gpus-per-worker need --ray-workers"),
+    (["--ray-workers", "0"], "--ray-workers must be >= 1"),
+    (["--ray-workers", "2", "--device", "cuda"], "--device cuda with --ray-workers needs --gpus-per-worker"),
+    (["--ray-workers", "2", "--stream"], "--stream cannot be combined with --ray-workers"),
+])
+def test_ray_options_that_cannot_run_are_one_line_errors(flags: list[str], problem: str, capsys) -> None:
+    assert main(["transcribe", str(JFK), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"oasr: error: {problem}")
 
 
 # Ray Data runs on a local cluster of this test's own.
