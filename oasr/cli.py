@@ -9,19 +9,19 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from oasr.serving.formats import OUTPUT_FORMATS, render, render_many
+from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.settings import ServerSettings
+from oasr.transcribe_command import StdoutError, output_names, write_output  # noqa: F401 (oasr.cli's names too)
 from oasr.vad import VAD_DETECTORS
-
-if TYPE_CHECKING:
-    from oasr.types import TranscribeOptions
-
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("transcribe", help="transcribe audio files")
-    p.add_argument("files", nargs="+", type=Path, help="audio files (wav, flac, mp3, ogg, opus, m4a, webm ...)")
+    p.add_argument("files", nargs="*", type=Path, help="audio files (wav, flac, mp3, ogg, opus, m4a, webm ...)")
+    p.add_argument("--manifest", type=Path, default=None,
+                   help="a JSON Lines file of more inputs, one {\"audio\": PATH} or {\"id\": NAME, \"audio\": PATH} "
+                   "per line (PATH relative to the manifest's directory; with --output-dir an id is the output's "
+                   "name); read after the FILES")
     p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
@@ -54,7 +54,18 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output-dir", type=Path, default=None,
                    help="write STEM.FORMAT per input here instead of stdout; an input whose stem an earlier input "
                    "already has gets STEM-1.FORMAT, STEM-2.FORMAT, ... (input order; a name that another input's "
-                   "own stem takes is skipped), so no output overwrites another")
+                   "own stem takes is skipped), so no output overwrites another. Inputs whose output is already "
+                   "there are skipped, so an interrupted run resumes where it stopped")
+    p.add_argument("--overwrite", action="store_true",
+                   help="with --output-dir: transcribe every input again, replacing outputs already there")
+    p.add_argument("--ray-workers", type=int, default=None, metavar="N",
+                   help="transcribe on a Ray cluster: audio decoded by Ray tasks, N actors each holding the model "
+                   "(pip install 'oasr[ray]'; see docs/scale-out.md)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --ray-workers: the cluster to join ('auto', HOST:PORT, ray://HOST:10001); default: "
+                   "start a local one")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
+                   help="with --ray-workers: GPUs each actor reserves (0.5 puts two actors on one GPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it counts audio seconds, on a terminal)")
     p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
                    help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
@@ -140,161 +151,10 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
 
 
-def output_names(files: Sequence[Path]) -> list[str]:
-    """The --output-dir stem of each input: its own stem for the first input with that stem, then STEM-1,
-    STEM-2, ... for later ones, skipping any name that is some input's own stem."""
-    reserved = {f.stem for f in files}
-    seen: set[str] = set()
-    names = []
-    for path in files:
-        name = path.stem
-        if name in seen:
-            n = 1
-            while f"{path.stem}-{n}" in reserved:
-                n += 1
-            name = f"{path.stem}-{n}"
-            reserved.add(name)
-        seen.add(name)
-        names.append(name)
-    return names
-
-
-def write_output(target: Path, text: str) -> None:
-    """Writes through a hidden partial file renamed into place, so a failed write (a full disk) leaves no
-    truncated output behind."""
-    partial = target.with_name(f".{target.name}.partial")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, target)
-    except OSError:
-        partial.unlink(missing_ok=True)
-        raise
-
-
-class StdoutError(Exception):
-    """stdout refused a write (a full disk, a closed pipe): nothing more can be printed."""
-
-
-def _print(text: str) -> None:
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except OSError as exc:
-        raise StdoutError(exc.strerror or str(exc)) from None
-
-
-def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -> TranscribeOptions:
-    """The options of ``args``; subtitles imply timestamps where the model decodes them (``timed_model``), and
-    come from the windows' own times elsewhere."""
-    from oasr.types import FallbackOptions, TranscribeOptions
-
-    return TranscribeOptions(
-        language=args.language, task=args.task, target_language=args.target_language,
-        punctuation=not args.no_punctuation, batch_size=args.batch_size, long_form=args.long_form,
-        timestamps=args.timestamps or (timed_model and args.output_format in ("srt", "vtt")), prompt=args.prompt,
-        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
-        vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
-        length_penalty=args.length_penalty,
-    )
-
-
-def _check_output_dir(output_dir: Path | None) -> str | None:
-    """Why --output-dir cannot be used, found before any model loads (None when it can)."""
-    if output_dir is None:
-        return None
-    if output_dir.exists() and not output_dir.is_dir():
-        return f"--output-dir {output_dir} exists and is not a directory"
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return f"--output-dir {output_dir}: {exc.strerror or exc}"
-    return None
-
-
 def cmd_transcribe(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+    from oasr.transcribe_command import run
 
-    from oasr.api import iter_transcribe
-
-    try:
-        options = _transcribe_options(args)
-    except ValueError as exc:
-        print(f"oasr: error: {exc}", file=sys.stderr)
-        return 2
-    problem = _check_output_dir(args.output_dir)
-    if problem:
-        print(f"oasr: error: {problem}", file=sys.stderr)
-        return 2
-    dtype = None if args.dtype == "auto" else args.dtype
-    from oasr.models.capabilities import capabilities_of
-    from oasr.models.loader import from_pretrained
-
-    if args.stream:
-        problem = _stream_conflict(args)
-        if problem:
-            print(f"oasr: error: {problem}", file=sys.stderr)
-            return 2
-    elif args.chunk_ms is not None or args.endpointing:
-        print("oasr: error: --chunk-ms and --endpointing need --stream", file=sys.stderr)
-        return 2
-    loaded = from_pretrained(args.model, device=args.device, dtype=dtype)
-    options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
-    names = output_names(args.files)
-    # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
-    progress = tqdm(total=0, unit="s", unit_scale=True, disable=True if args.quiet else None, file=sys.stderr,
-                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} audio s [{elapsed}<{remaining}]")
-
-    def on_progress(found_s: float, done_s: float) -> None:
-        if found_s:
-            progress.total += found_s
-            progress.refresh()
-        if done_s:
-            progress.update(done_s)
-
-    failed, collected = 0, []
-    if args.stream:
-        results = _streamed(args, loaded)
-    else:
-        results = iter_transcribe(args.files, loaded, options=options, on_progress=on_progress)
-    for name, result in zip(names, results, strict=True):
-        if result.error:
-            failed += 1
-            progress.write(f"oasr: error: {result.error}", file=sys.stderr)
-        elif args.output_dir:
-            target = args.output_dir / f"{name}.{args.output_format}"
-            try:
-                write_output(target, render(result, args.output_format))
-            except OSError as exc:
-                failed += 1
-                progress.write(f"oasr: error: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)
-        elif args.output_format == "json":
-            collected.append(result)
-        else:
-            _print(render(result, args.output_format))
-    progress.close()
-    if collected:
-        _print(render_many(collected, "json"))
-    return 1 if failed else 0
-
-
-def _stream_conflict(args: argparse.Namespace) -> str | None:
-    """The first option --stream cannot serve (None when all can be)."""
-    for flag, value in (("--timestamps", args.timestamps), ("--word-timestamps", args.word_timestamps),
-                        ("--vad", args.vad), ("--beam-size", args.beam_size), ("--prompt", args.prompt),
-                        ("--long-form sequential", args.long_form == "sequential"),
-                        ("--task translate", args.task == "translate")):
-        if value:
-            return f"--stream cannot be combined with {flag}"
-    return None
-
-
-def _streamed(args: argparse.Namespace, loaded):
-    from oasr.streaming.endpointing import EndpointConfig
-    from oasr.transcription.streamed import StreamTranscriber, StreamTranscribeOptions
-
-    options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
-                                      endpointing=EndpointConfig() if args.endpointing else None)
-    return StreamTranscriber(loaded, options).run(args.files)
+    return run(args)
 
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:

@@ -1,0 +1,265 @@
+"""``oasr transcribe``: inputs (files, a manifest) -> what is left to do (resumed --output-dir runs) -> a local run
+or a Ray Data run (``oasr.scale.ray_transcribe``) -> output files or stdout."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from oasr.serving.formats import render, render_many
+
+if TYPE_CHECKING:
+    from oasr.scale.inputs import TranscribeInput
+    from oasr.scale.ray_transcribe import RayOptions
+    from oasr.types import TranscribeOptions
+
+
+def output_names(files: Sequence[Path]) -> list[str]:
+    """The --output-dir stem of each input file (``oasr.scale.inputs.output_names``)."""
+    from oasr.scale.inputs import TranscribeInput, output_names as names_of
+
+    return names_of([TranscribeInput(f) for f in files])
+
+
+def write_output(target: Path, text: str) -> None:
+    """Writes through a hidden partial file renamed into place, so a failed write (a full disk) leaves no
+    truncated output behind."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, target)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+class StdoutError(Exception):
+    """stdout refused a write (a full disk, a closed pipe): nothing more can be printed."""
+
+
+def _print(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        raise StdoutError(exc.strerror or str(exc)) from None
+
+
+def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -> TranscribeOptions:
+    """The options of ``args``; subtitles imply timestamps where the model decodes them (``timed_model``), and
+    come from the windows' own times elsewhere."""
+    from oasr.types import FallbackOptions, TranscribeOptions
+
+    return TranscribeOptions(
+        language=args.language, task=args.task, target_language=args.target_language,
+        punctuation=not args.no_punctuation, batch_size=args.batch_size, long_form=args.long_form,
+        timestamps=args.timestamps or (timed_model and args.output_format in ("srt", "vtt")), prompt=args.prompt,
+        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
+        vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
+        length_penalty=args.length_penalty,
+    )
+
+
+def _check_output_dir(output_dir: Path | None) -> str | None:
+    """Why --output-dir cannot be used, found before any model loads (None when it can)."""
+    if output_dir is None:
+        return None
+    if output_dir.exists() and not output_dir.is_dir():
+        return f"--output-dir {output_dir} exists and is not a directory"
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--output-dir {output_dir}: {exc.strerror or exc}"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """``oasr transcribe``: files and a manifest, locally or on Ray, into --output-dir or stdout."""
+    from oasr.scale.inputs import output_names as names_of
+
+    try:
+        options = _transcribe_options(args)
+        ray_options = _ray_options(args)
+    except ValueError as exc:
+        print(f"oasr: error: {exc}", file=sys.stderr)
+        return 2
+    problem = _check_output_dir(args.output_dir) or _mode_conflict(args)
+    if problem:
+        print(f"oasr: error: {problem}", file=sys.stderr)
+        return 2
+    inputs = _inputs(args)
+    if not inputs:
+        print("oasr: error: nothing to transcribe: give audio files or --manifest", file=sys.stderr)
+        return 2
+    names = names_of(inputs)
+    todo = _unfinished(args, names)
+    if not todo:
+        return 0
+    paths = [inputs[i].path for i in todo]
+    if ray_options is not None:
+        results, progress = _ray_results(args, paths, options, ray_options)
+    else:
+        results, progress = _local_results(args, paths)
+    try:
+        failed = _emit(args, [names[i] for i in todo], results, progress)
+    finally:
+        progress.close()
+    return 1 if failed else 0
+
+
+def _inputs(args: argparse.Namespace) -> list[TranscribeInput]:
+    """The FILES, then the --manifest's entries (``ManifestError``, an OASRError, names a bad line)."""
+    from oasr.scale.inputs import TranscribeInput, read_manifest
+
+    inputs = [TranscribeInput(f) for f in args.files]
+    if args.manifest is not None:
+        inputs += read_manifest(args.manifest)
+    return inputs
+
+
+def _unfinished(args: argparse.Namespace, names: list[str]) -> list[int]:
+    """The inputs to transcribe: all of them, or with --output-dir those whose output is not there yet."""
+    from oasr.scale.inputs import unfinished
+
+    if args.output_dir is None or args.overwrite:
+        return list(range(len(names)))
+    todo = unfinished(names, args.output_dir, args.output_format)
+    if len(todo) < len(names):
+        print(f"oasr: skipping {len(names) - len(todo)} of {len(names)} inputs whose output is already in "
+              f"{args.output_dir} (--overwrite transcribes them again)", file=sys.stderr)
+    return todo
+
+
+def _progress_bar(args: argparse.Namespace, unit: str, total: float = 0):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, unit_scale=True, disable=True if args.quiet else None, file=sys.stderr,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} " + unit + " [{elapsed}<{remaining}]")
+
+
+def _local_results(args: argparse.Namespace, paths: list[Path]):
+    from oasr.api import iter_transcribe
+    from oasr.models.capabilities import capabilities_of
+    from oasr.models.loader import from_pretrained
+
+    loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype)
+    options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
+    # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
+    progress = _progress_bar(args, "audio s")
+
+    def on_progress(found_s: float, done_s: float) -> None:
+        if found_s:
+            progress.total += found_s
+            progress.refresh()
+        if done_s:
+            progress.update(done_s)
+
+    if args.stream:
+        results = _streamed(args, loaded, paths)
+    else:
+        results = iter_transcribe(paths, loaded, options=options, on_progress=on_progress)
+    return enumerate(results), progress
+
+
+def _ray_results(args: argparse.Namespace, paths: list[Path], options: TranscribeOptions, ray_options: RayOptions):
+    """Results from a Ray cluster as they come; the bar counts files (audio lengths are known only remotely)."""
+    from oasr.scale.ray_transcribe import WorkerSpec, transcribe_on_ray
+
+    model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model  # actors' cwd may differ
+    spec = WorkerSpec(model=model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
+                      options=_transcribe_options(args, timed_model=False),
+                      timed_options=_transcribe_options(args, timed_model=True), batch_size=options.batch_size)
+    progress = _progress_bar(args, "files", total=len(paths))
+
+    def counted():
+        for index, result in transcribe_on_ray(paths, spec, ray_options):
+            progress.update(1)
+            yield index, result
+
+    return counted(), progress
+
+
+def _emit(args: argparse.Namespace, names: list[str], results, progress) -> int:
+    """Writes each ``(index, result)`` (in any order) as the local run does: into --output-dir as it comes, or
+    on stdout in input order; returns how many inputs failed."""
+    failed, collected, held, next_index = 0, [], {}, 0
+    for index, result in results:
+        if result.error:
+            failed += 1
+            progress.write(f"oasr: error: {result.error}", file=sys.stderr)
+        elif args.output_dir:
+            target = args.output_dir / f"{names[index]}.{args.output_format}"
+            try:
+                write_output(target, render(result, args.output_format))
+            except OSError as exc:
+                failed += 1
+                progress.write(f"oasr: error: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)
+        if args.output_dir:
+            continue
+        held[index] = None if result.error else result
+        while next_index in held:  # stdout keeps input order
+            ready = held.pop(next_index)
+            next_index += 1
+            if ready is None:
+                continue
+            if args.output_format == "json":
+                collected.append(ready)
+            else:
+                _print(render(ready, args.output_format))
+    if collected:
+        _print(render_many(collected, "json"))
+    return failed
+
+
+def _ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """The --ray-* options, or None for a local run."""
+    if args.ray_workers is None:
+        if args.ray_address is not None or args.gpus_per_worker:
+            raise ValueError("--ray-address and --gpus-per-worker need --ray-workers")
+        return None
+    if args.device == "cuda" and not args.gpus_per_worker:
+        raise ValueError("--device cuda with --ray-workers needs --gpus-per-worker (Ray hides GPUs from actors "
+                         "that reserve none)")
+    from oasr.scale.ray_transcribe import RayOptions
+
+    return RayOptions(num_workers=args.ray_workers, address=args.ray_address, gpus_per_worker=args.gpus_per_worker)
+
+
+def _mode_conflict(args: argparse.Namespace) -> str | None:
+    """Why the --stream / --ray-workers choice cannot run (None when it can)."""
+    if args.stream:
+        if args.ray_workers is not None:
+            return "--stream cannot be combined with --ray-workers"
+        return _stream_conflict(args)
+    if args.chunk_ms is not None or args.endpointing:
+        return "--chunk-ms and --endpointing need --stream"
+    if args.ray_workers is not None:
+        from oasr.scale.ray_transcribe import RAY_MISSING, ray_data_available
+
+        if not ray_data_available():
+            return RAY_MISSING
+    return None
+
+
+def _stream_conflict(args: argparse.Namespace) -> str | None:
+    """The first option --stream cannot serve (None when all can be)."""
+    for flag, value in (("--timestamps", args.timestamps), ("--word-timestamps", args.word_timestamps),
+                        ("--vad", args.vad), ("--beam-size", args.beam_size), ("--prompt", args.prompt),
+                        ("--long-form sequential", args.long_form == "sequential"),
+                        ("--task translate", args.task == "translate")):
+        if value:
+            return f"--stream cannot be combined with {flag}"
+    return None
+
+
+def _streamed(args: argparse.Namespace, loaded, paths: list[Path]):
+    from oasr.streaming.endpointing import EndpointConfig
+    from oasr.transcription.streamed import StreamTranscriber, StreamTranscribeOptions
+
+    options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
+                                      endpointing=EndpointConfig() if args.endpointing else None)
+    return StreamTranscriber(loaded, options).run(paths)
