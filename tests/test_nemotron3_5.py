@@ -29,11 +29,8 @@ from nemotron_reference import (
     Pair,
     build_reference,
     clips,
-    feature_extractor,
     make_pair,
-    reference_features,
     reference_greedy,
-    save,
 )
 from parakeet_reference import attention_mask
 
@@ -47,7 +44,8 @@ PROMPT_GAIN = 2.5
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> Pair:
-    return make_pair(build_reference("nemotron3_5_asr", prompt_gain=PROMPT_GAIN, calibration_prompts=(AUTO, GERMAN)), tmp_path_factory.mktemp("nemotron3_5"))
+    reference = build_reference("nemotron3_5_asr", prompt_gain=PROMPT_GAIN, calibration_prompts=(AUTO, GERMAN))
+    return make_pair(reference, tmp_path_factory.mktemp("nemotron3_5"))
 
 
 def prompts(prompt_id: int, batch_size: int) -> torch.Tensor:

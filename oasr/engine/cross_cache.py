@@ -90,7 +90,8 @@ class SlotCrossStore:
         pass  # a slot's K/V is overwritten by its next request
 
     def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]) -> SlotCross:
-        """Projects every row's K/V (all ``max_len`` positions: ``lengths`` is not read) into each slot it holds; returns the batch's K/V as the prompts read it.
+        """Projects every row's K/V (all ``max_len`` positions: ``lengths`` is not read) into each slot it holds;
+        returns the batch's K/V as the prompts read it.
         Rows of one slot each in consecutive slots (every batch of a fresh engine, and most in steady state:
         slots are handed out lowest first) are projected straight into the slots; others through a scratch
         buffer and one copy."""
