@@ -88,6 +88,13 @@ def _cohere_config() -> transformers.CohereAsrConfig:
 
 @torch.no_grad()
 def randomize(model: torch.nn.Module) -> None:
+    randomize_weights(model)
+    model.model.decoder.norm.weight.normal_(0.0, 1.0)
+
+
+@torch.no_grad()
+def randomize_weights(model: torch.nn.Module) -> None:
+    """Every weight at unit-scale outputs, norms and biases moved off their defaults, batch-norm statistics set."""
     for name, p in model.named_parameters():
         if p.dim() >= 2:
             p.normal_(0.0, p[0].numel() ** -0.5)
@@ -99,7 +106,6 @@ def randomize(model: torch.nn.Module) -> None:
         if isinstance(module, torch.nn.BatchNorm1d):
             module.running_mean.normal_(0.0, 0.1)
             module.running_var.uniform_(0.5, 1.5)
-    model.model.decoder.norm.weight.normal_(0.0, 1.0)
 
 
 def _make_checkpoint(kind: str, directory: Path, seed: int) -> Path:

@@ -20,6 +20,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
+from aed_reference import randomize_weights
 from oasr.models import ARCHITECTURES
 from oasr.models.qwen3_asr.languages import LANGUAGE_NAMES
 
@@ -60,13 +61,7 @@ def reference_config() -> transformers.Qwen3ASRConfig:
 
 @torch.no_grad()
 def randomize(model: torch.nn.Module) -> None:
-    for name, p in model.named_parameters():
-        if p.dim() >= 2:
-            p.normal_(0.0, p[0].numel() ** -0.5)
-        elif "norm" in name:
-            p.add_(0.1 * torch.randn_like(p))
-        elif "bias" in name:
-            p.normal_(0.0, 0.1)
+    randomize_weights(model)
     model.model.language_model.norm.weight.normal_(0.0, 1.0)
 
 
