@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from oasr.engine.kv_cache import PagedKVPool, paged_context
-from oasr.models.base import DecoderSpec
+from oasr.models.base import CrossSpec, DecoderSpec
 from oasr.kernels.paged_attention import paged_decode_attention, paged_decode_attention_reference
 from test_kernels import worst_error_interpreted
 
@@ -43,7 +43,8 @@ def test_paged_decode_attention_kernel_equals_its_reference_in_the_interpreter()
 
 def filled_pool(layers: int, heads: int, dim: int, block_size: int, blocks: int, device: str = "cpu",
                 dtype: torch.dtype = torch.float32) -> PagedKVPool:
-    pool = PagedKVPool(DecoderSpec(layers, heads, heads, dim, blocks * block_size, None), blocks, block_size, dtype, torch.device(device))
+    spec = DecoderSpec(layers, heads, heads, dim, blocks * block_size, CrossSpec(max_len=1, fixed=False))
+    pool = PagedKVPool(spec, blocks, block_size, dtype, torch.device(device))  # the self-attention pool only
     pool.k.normal_()
     pool.v.normal_()
     return pool
@@ -113,7 +114,6 @@ def test_paged_cross_reads_what_dense_cross_attention_reads() -> None:
     from oasr.engine.cross_cache import PagedCrossStore
     from oasr.engine.step import EncodeRow
     from oasr.layers.cache import DenseCross
-    from oasr.models.base import CrossSpec
 
     class Projector:  # cross_kv_into of a model whose K and V are the hidden states, scaled
         def cross_kv_into(self, hidden, k_out, v_out):
