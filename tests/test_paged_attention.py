@@ -18,15 +18,17 @@ _INTERPRETED = textwrap.dedent("""
     from oasr.kernels.paged_attention import paged_decode_attention, paged_decode_attention_reference, supported
     torch.manual_seed(0)
     worst = 0.0
-    # First position, a block's first slot, the table's last slot, mid-block; tiles smaller and larger than blocks.
-    for b, h, d, block_size, nb in [(4, 3, 16, 4, 3), (3, 2, 32, 16, 2), (2, 1, 64, 8, 5)]:
-        k_pool = torch.randn((1 + b * nb) * block_size, h, d)
+    # First position, a block's first slot, the table's last slot, mid-block; tiles smaller and larger than blocks;
+    # as many key/value heads as query heads, and fewer (each serving 2 or 3 query heads).
+    for b, h, kv, d, block_size, nb in [(4, 3, 3, 16, 4, 3), (3, 2, 2, 32, 16, 2), (2, 1, 1, 64, 8, 5),
+                                        (4, 4, 2, 16, 4, 3), (3, 6, 2, 32, 16, 2)]:
+        k_pool = torch.randn((1 + b * nb) * block_size, kv, d)
         v_pool = torch.randn_like(k_pool)
         table = (1 + torch.randperm(b * nb)).view(b, nb)
         positions = torch.tensor([0, block_size, nb * block_size - 1, block_size // 2 + 1][:b])
         if b == 2:  # a prompt's one position for every row, as an expanded view (stride 0)
             positions = torch.tensor([3]).expand(b)
-        q, k, v = torch.randn(b, h, d), torch.randn(b, h, d), torch.randn(b, h, d)
+        q, k, v = torch.randn(b, h, d), torch.randn(b, kv, d), torch.randn(b, kv, d)
         assert supported(q)
         pools = (k_pool.clone(), v_pool.clone())
         got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)
@@ -42,22 +44,25 @@ def test_paged_decode_attention_kernel_equals_its_reference_in_the_interpreter()
 
 
 def filled_pool(layers: int, heads: int, dim: int, block_size: int, blocks: int, device: str = "cpu",
-                dtype: torch.dtype = torch.float32) -> PagedKVPool:
-    spec = DecoderSpec(layers, heads, heads, dim, blocks * block_size, CrossSpec(max_len=1, fixed=False))
+                dtype: torch.dtype = torch.float32, kv_heads: int | None = None) -> PagedKVPool:
+    spec = DecoderSpec(layers, heads, kv_heads or heads, dim, blocks * block_size, CrossSpec(max_len=1, fixed=False))
     pool = PagedKVPool(spec, blocks, block_size, dtype, torch.device(device))  # the self-attention pool only
     pool.k.normal_()
     pool.v.normal_()
     return pool
 
 
-def test_the_reference_is_what_the_engine_computes_on_torch() -> None:
+@pytest.mark.parametrize("heads,kv_heads", [(3, 3), (6, 2)])
+def test_the_reference_is_what_the_engine_computes_on_torch(heads: int, kv_heads: int) -> None:
     """A decode step through ``PagedContext`` on CPU (the general gather + SDPA path) writes and returns what
-    the reference does, so the kernel's reference is the engine's own arithmetic."""
+    the reference does, so the kernel's reference is the engine's own arithmetic; with grouped key/value heads
+    too."""
     torch.manual_seed(1)
-    pool = filled_pool(2, 3, 8, 4, 9)
+    pool = filled_pool(2, heads, 8, 4, 9, kv_heads=kv_heads)
     table = torch.tensor([[3, 5], [7, 1], [2, 8], [0, 0]])  # the last row idle, on the null block
     positions = torch.tensor([5, 0, 7, 2])
-    q, k, v = (torch.randn(4, 3, 1, 8) for _ in range(3))
+    q = torch.randn(4, heads, 1, 8)
+    k, v = (torch.randn(4, kv_heads, 1, 8) for _ in range(2))
     reference_pools = (pool.k[1].clone(), pool.v[1].clone())
     got = paged_context(pool, table, positions[:, None]).attend(1, q, k, v)[:, :, 0]
     want = paged_decode_attention_reference(q[:, :, 0], k[:, :, 0], v[:, :, 0], *reference_pools, table,
@@ -68,13 +73,16 @@ def test_the_reference_is_what_the_engine_computes_on_torch() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_paged_decode_attention_kernel_equals_its_reference_on_cuda(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("h,kv,d", [(20, 20, 64), (16, 8, 128)])  # Whisper large's heads; Qwen3-1.7B's groups
+def test_paged_decode_attention_kernel_equals_its_reference_on_cuda(dtype: torch.dtype, h: int, kv: int,
+                                                                   d: int) -> None:
     torch.manual_seed(0)
-    b, h, d, block_size, nb = 64, 20, 64, 16, 28
-    pool = filled_pool(1, h, d, block_size, 1 + b * nb, "cuda", dtype)
+    b, block_size, nb = 64, 16, 28
+    pool = filled_pool(1, h, d, block_size, 1 + b * nb, "cuda", dtype, kv_heads=kv)
     table = (1 + torch.randperm(b * nb, device="cuda")).view(b, nb)
     positions = torch.randint(0, nb * block_size, (b,), device="cuda")
-    q, k, v = (torch.randn(b, h, d, device="cuda", dtype=dtype) for _ in range(3))
+    q = torch.randn(b, h, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, kv, d, device="cuda", dtype=dtype) for _ in range(2))
     tolerance = 1e-5 if dtype == torch.float32 else 2e-3
     # Decode-step positions, then a prompt's one position shared by every row (an expanded view).
     for positions in (positions, torch.full((1,), 5, device="cuda").expand(b)):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import nn
 
+from oasr.kernels import rms_norm
 from oasr.layers.basic import Linear
 from oasr.layers.norms import RMSNorm
 from oasr.layers.rotary import apply_rotary
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
 class GroupedQueryAttention(nn.Module):
     """x [B, T, hidden] -> [B, T, hidden]. ``qk_norm_eps`` None: no per-head norms (Llama); a float: Qwen3's."""
 
-    # The paged decode kernel reads as many key/value heads as query heads, so this layer has no kernel yet.
-    KERNEL_OP: ClassVar[str] = "grouped_query_attention"
+    # Under the kernels backend a decode step over the engine's pool runs oasr.kernels.paged_attention, which
+    # reads each key/value head for the query heads it serves.
+    KERNEL_OP: ClassVar[str] = "paged_attention"
+    use_kernel = False  # set by oasr.layers.apply_backend
 
     def __init__(self, hidden: int, num_heads: int, num_kv_heads: int, head_dim: int, *, bias: bool = False,
                  qk_norm_eps: float | None = None) -> None:
@@ -56,9 +59,18 @@ class GroupedQueryAttention(nn.Module):
         """x: [B, T, hidden] new tokens; ``rotary``: their (cos, sin) from ``RotaryEmbedding``; ``layer``: which of
         the cache's layers -> [B, T, hidden]."""
         cos, sin = rotary
-        q = self._heads(x, self.q_proj, self.num_heads, self.q_norm if self.qk_norm else None)
-        k = self._heads(x, self.k_proj, self.num_kv_heads, self.k_norm if self.qk_norm else None)
         v = self._heads(x, self.v_proj, self.num_kv_heads, None)
-        out = cache.attend(layer, apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v)
+        if self.qk_norm and self.use_kernel and rms_norm.supported(x):  # norm + rotation + transpose in one pass
+            b, t, _ = x.shape
+            q = rms_norm.rms_norm_rotary(self.q_proj(x).view(b, t, self.num_heads, self.head_dim), self.q_norm.weight,
+                                         self.q_norm.eps, cos, sin)
+            k = rms_norm.rms_norm_rotary(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim),
+                                         self.k_norm.weight, self.k_norm.eps, cos, sin)
+        else:
+            q = apply_rotary(self._heads(x, self.q_proj, self.num_heads, self.q_norm if self.qk_norm else None),
+                             cos, sin)
+            k = apply_rotary(self._heads(x, self.k_proj, self.num_kv_heads, self.k_norm if self.qk_norm else None),
+                             cos, sin)
+        out = cache.attend(layer, q, k, v, use_kernel=self.use_kernel)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
