@@ -16,8 +16,11 @@ from oasr.layers.backend import KernelGap
 # conformer_conv: padding mask, depthwise convolution, batch norm and activation of a Conformer convolution
 # module in one pass after torch's GLU (oasr.kernels.conformer_conv).
 # layer_norm: a residual add and the LayerNorm after it (LayerNorm.add_forward; oasr.kernels.layer_norm).
+# rms_norm: RMSNorm after its residual add in one pass (RMSNorm.add_forward), and per head with the rotary
+# rotation after it (GroupedQueryAttention's q/k norms; oasr.kernels.rms_norm).
 # paged_attention: a decoder's self-attention for one new token per row over the engine's paged pool, with the
-# new key and value stored in the same pass (CachedSelfAttention; oasr.kernels.paged_attention).
+# new key and value stored in the same pass, grouped key/value heads included (CachedSelfAttention,
+# GroupedQueryAttention; oasr.kernels.paged_attention).
 # paged_cross_attention: a decoder's attention for one new token per row to its encoder positions, read in place
 # from the engine's paged cross-attention pool (CrossAttention; oasr.kernels.paged_attention).
 # conv_subsampling: FastConformer's strided 2-D convolutions and their ReLUs, channels last, the first conv fused
@@ -27,6 +30,7 @@ from oasr.layers.backend import KernelGap
 KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "conformer_conv": ("conv1d", "batch_norm", "silu", "relu"),
     "layer_norm": (),
+    "rms_norm": (),
     "paged_attention": (),
     "paged_cross_attention": (),
     "conv_subsampling": ("conv2d", "relu"),
@@ -46,9 +50,6 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("relu", "fused inside conformer_conv and conv_subsampling only"),
     KernelGap("silu", "fused into no epilogue yet"),
     KernelGap("glu", "torch's GLU pass; conformer_conv gates before its kernel (per tap inside it measured slower)"),
-    KernelGap("rms_norm", "RMSNorm runs on torch (float32 statistics, no fused residual)"),
-    KernelGap("grouped_query_attention", "decoder self-attention with grouped key/value heads and rotary positions "
-              "reads the paged pool through the torch gather; the paged decode kernel takes equal head counts"),
     KernelGap("rel_pos_attention", "only the position term has a kernel (rel_pos_attention, above); the attention "
               "itself runs on SDPA with it as the float mask"),
 )

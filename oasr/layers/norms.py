@@ -17,6 +17,7 @@ class RMSNorm(nn.Module):
     """x [..., dim] -> weight * x / sqrt(mean(x^2) + eps) over the last axis. Parameter ``weight`` [dim]."""
 
     KERNEL_OP: ClassVar[str] = "rms_norm"
+    use_kernel = False  # set by oasr.layers.apply_backend
 
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
@@ -24,7 +25,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return self.add_forward(x, None)[1]
+
+    def add_forward(self, x: torch.Tensor, delta: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (s = x + delta (x when delta is None), norm(s)): one pass under the kernels backend."""
+        from oasr.kernels import rms_norm
+
+        if self.use_kernel and rms_norm.supported(x) and not torch.compiler.is_compiling():
+            return rms_norm.add_rms_norm(x, delta, self.weight, self.eps)
+        return rms_norm.add_rms_norm_reference(x, delta, self.weight, self.eps)

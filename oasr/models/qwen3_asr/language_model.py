@@ -28,11 +28,14 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(d, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(d, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], cache: SelfAttentionCache,
-                index: int) -> torch.Tensor:
-        """x: [B, T, d] -> [B, T, d]; ``index``: this layer's slot in the cache."""
-        x = x + self.self_attn.forward_cached(self.input_layernorm(x), rotary, cache, index)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, delta: torch.Tensor | None, rotary: tuple[torch.Tensor, torch.Tensor],
+                cache: SelfAttentionCache, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [B, T, d] the residual stream; ``delta``: what the layer before adds to it (None before the first
+        layer); ``index``: this layer's slot in the cache -> (the stream before this layer's feed-forward output,
+        that output): each residual add happens inside the norm after it (``RMSNorm.add_forward``)."""
+        x, h = self.input_layernorm.add_forward(x, delta)
+        x, h = self.post_attention_layernorm.add_forward(x, self.self_attn.forward_cached(h, rotary, cache, index))
+        return x, self.mlp(h)
 
 
 class Qwen3TextModel(nn.Module):
@@ -47,7 +50,7 @@ class Qwen3TextModel(nn.Module):
     def forward(self, embeds: torch.Tensor, positions: torch.Tensor, cache: SelfAttentionCache) -> torch.Tensor:
         """embeds: [B, T, d]; positions: [B, T] -> hidden states [B, T, d] (after the final norm)."""
         rotary = self.rotary_emb(positions)
-        x = embeds
+        x, delta = embeds, None
         for index, layer in enumerate(self.layers):
-            x = layer(x, rotary, cache, index)
-        return self.norm(x)
+            x, delta = layer(x, delta, rotary, cache, index)
+        return self.norm.add_forward(x, delta)[1]
