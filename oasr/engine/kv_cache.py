@@ -46,12 +46,18 @@ class PagedContext:
     block_table: [B, nb]; positions: [B, T] of the new tokens; write_rows: [B * T] pool rows for them (row-major
     over B then T); read_rows: [B, L] pool rows of the positions to attend; mask: bool [B, 1, T, L].
     ``decode_kernel``: a one-token step may attend with the paged kernel (when the layer asks for kernels).
+    ``from_start``: the new tokens are every row's positions 0 .. T-1 (a prompt run from the start, right-padded):
+    they are stored, then attend to one another causally from the new K/V instead of reading the pool back, which
+    lets SDPA take its flash kernel (no mask). A padded row's tail attends to its padding, as its discarded
+    outputs may; its real positions never see a later one.
     """
 
     def __init__(self, pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor,
-                 write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor, decode_kernel: bool = False):
+                 write_rows: torch.Tensor, read_rows: torch.Tensor, mask: torch.Tensor, decode_kernel: bool = False,
+                 from_start: bool = False):
         self.pool = pool
         self.decode_kernel = decode_kernel
+        self.from_start = from_start
         self.block_table = block_table
         self.positions = positions
         self.write_rows = write_rows
@@ -72,20 +78,23 @@ class PagedContext:
         b, h, t, d = k.shape
         k_pool.index_copy_(0, self.write_rows, k.transpose(1, 2).reshape(b * t, h, d))
         v_pool.index_copy_(0, self.write_rows, v.transpose(1, 2).reshape(b * t, h, d))
+        if self.from_start:
+            return sdpa(q, k, v, is_causal=True)
         keys = k_pool[self.read_rows].transpose(1, 2)
         values = v_pool[self.read_rows].transpose(1, 2)
         return sdpa(q, keys, values, mask=self.mask)
 
 
 def paged_context(
-    pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor, *, decode_kernel: bool = False
+    pool: PagedKVPool, block_table: torch.Tensor, positions: torch.Tensor, *, decode_kernel: bool = False,
+    from_start: bool = False,
 ) -> PagedContext:
-    """block_table: [B, nb]; positions: [B, T] of the new tokens (consecutive per row).
-    Each query attends to every cached position up to and including its own."""
+    """block_table: [B, nb]; positions: [B, T] of the new tokens (consecutive per row; with ``from_start``, 0 .. T-1
+    in every row). Each query attends to every cached position up to and including its own."""
     read_rows = pool.rows(block_table)
     # Live rows always have a block for their position; idle rows (null table) may run past the table.
     block = block_table.gather(1, (positions // pool.block_size).clamp(max=block_table.shape[1] - 1))
     write_rows = (block * pool.block_size + positions % pool.block_size).reshape(-1)
     span = torch.arange(read_rows.shape[1], device=positions.device)
     mask = (span[None, None, :] <= positions[:, :, None])[:, None]
-    return PagedContext(pool, block_table, positions, write_rows, read_rows, mask, decode_kernel)
+    return PagedContext(pool, block_table, positions, write_rows, read_rows, mask, decode_kernel, from_start)

@@ -30,6 +30,19 @@ if TYPE_CHECKING:
     from oasr.engine.autoregressive import AutoregressiveRunner
 
 
+def length_groups(lengths: list[int], slack: float = 0.125) -> list[list[int]]:
+    """Row indices grouped by length, longest first: a row joins the current group while padding it to the
+    group's longest wastes at most ``slack`` of that length (tensor-free, host ints)."""
+    groups: list[list[int]] = []
+    width = 0
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if not groups or lengths[i] < (1.0 - slack) * width:
+            groups.append([])
+            width = lengths[i]
+        groups[-1].append(i)
+    return groups
+
+
 class PromptPass:
     def __init__(self, runner: AutoregressiveRunner, encoder: Callable) -> None:
         self.runner = runner
@@ -95,7 +108,7 @@ class PromptPass:
             tokens = tokens.expand(len(batch), -1)
             positions = torch.arange(len(token_ids), device=r.device).expand(len(batch), -1)
             table = r.state.block_table[slots, : -(-len(token_ids) // r.pool.block_size)]
-            context = paged_context(r.pool, table, positions)
+            context = paged_context(r.pool, table, positions, from_start=True)
             hidden = r.model.decode_hidden(tokens, positions, context, cross)
             logits = r.model.logits(hidden[members, -1])
             best = logits[:, choices].argmax(dim=-1).tolist()  # the prompts depend on it: read at once
@@ -105,30 +118,56 @@ class PromptPass:
 
     def _run_prompts(self, prompts: list[Prompt], slots: torch.Tensor, cross: CrossAttentionCache | None,
                      audio: tuple[torch.Tensor, list[int]] | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Runs every row's prompt from position 0 (right-padded to the longest) into its cache; ``audio``: the
-        encoder's output [B, S, d] and each row's audio positions, for a model that splices them into its prompt.
-        -> (logits after each row's last prompt token [B, vocab], probability of the no-speech token at each
-        row's ``no_speech_index`` [B], 0 where there is none)."""
+        """Runs every row's prompt from position 0 into its cache; ``audio``: the encoder's output [B, S, d] and
+        each row's audio positions, for a model that splices them into its prompt. -> (logits after each row's
+        last prompt token [B, vocab], probability of the no-speech token at each row's ``no_speech_index`` [B], 0
+        where there is none).
+
+        Prompts that carry audio are as long as it is: they run in groups of similar length (``length_groups``),
+        each right-padded to its own longest, so that a batch does not pay for its longest prompt in every row.
+        Cross-attention prompts are a few tokens, nearly equal: they run as one group."""
         r = self.runner
         lengths = [len(p.token_ids) for p in prompts]
-        longest = max(lengths)
-        tokens = torch.full((len(prompts), longest), r.end_token, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            tokens[i, : lengths[i]] = torch.tensor(p.token_ids)
-        tokens = upload_tensor(tokens, r.device)
-        positions = torch.arange(longest, device=r.device).expand(len(prompts), -1)
-        table = r.state.block_table[slots, : -(-longest // r.pool.block_size)]
-        context = paged_context(r.pool, table, positions)
-        if audio is None:
-            hidden = r.model.decode_hidden(tokens, positions, context, cross)
-        else:
-            hidden = r.model.decode_embedded(self._spliced(tokens, prompts, *audio), positions, context)
-        rows = torch.arange(len(prompts), device=r.device)
-        last, at = upload(r.device, [n - 1 for n in lengths], [p.no_speech_index or 0 for p in prompts])
-        logits = r.model.logits(torch.stack((hidden[rows, last], hidden[rows, at]), dim=1))
+        groups = [list(range(len(prompts)))] if audio is None else length_groups(lengths)
+        picked = torch.cat([self._prompt_group(members, prompts, slots, cross, audio, whole=len(groups) == 1)
+                            for members in groups])  # [B, 2, d] in group order
+        if len(groups) > 1:
+            order = [i for members in groups for i in members]
+            (inverse,) = upload(r.device, sorted(range(len(order)), key=order.__getitem__))
+            picked = picked[inverse]
+        logits = r.model.logits(picked)
         if r.prompter.no_speech_token is None:
             return logits[:, 0], torch.zeros(len(prompts), device=r.device)
         return logits[:, 0], torch.softmax(logits[:, 1], dim=-1)[:, r.prompter.no_speech_token]
+
+    def _prompt_group(self, members: list[int], prompts: list[Prompt], slots: torch.Tensor,
+                      cross: CrossAttentionCache | None, audio: tuple[torch.Tensor, list[int]] | None, *,
+                      whole: bool) -> torch.Tensor:
+        """The prompts of rows ``members`` (all rows, in order, when ``whole``), right-padded to their longest, run
+        into their slots' caches -> the hidden states [G, 2, d] after each one's last token and at its
+        ``no_speech_index``."""
+        r = self.runner
+        group = [prompts[i] for i in members]
+        lengths = [len(p.token_ids) for p in group]
+        longest = max(lengths)
+        tokens = torch.full((len(group), longest), r.end_token, dtype=torch.long)
+        for i, p in enumerate(group):
+            tokens[i, : lengths[i]] = torch.tensor(p.token_ids)
+        tokens = upload_tensor(tokens, r.device)
+        index = None if whole else upload(r.device, members)[0]
+        positions = torch.arange(longest, device=r.device).expand(len(group), -1)
+        table = r.state.block_table[slots if index is None else slots[index], : -(-longest // r.pool.block_size)]
+        context = paged_context(r.pool, table, positions, from_start=True)
+        if audio is None:
+            hidden = r.model.decode_hidden(tokens, positions, context, cross)
+        else:
+            encoded, audio_lengths = audio
+            encoded = encoded if index is None else encoded[index]
+            embeds = self._spliced(tokens, group, encoded, [audio_lengths[i] for i in members])
+            hidden = r.model.decode_embedded(embeds, positions, context)
+        rows = torch.arange(len(group), device=r.device)
+        last, at = upload(r.device, [n - 1 for n in lengths], [p.no_speech_index or 0 for p in group])
+        return torch.stack((hidden[rows, last], hidden[rows, at]), dim=1)
 
     def _spliced(self, tokens: torch.Tensor, prompts: list[Prompt], encoded: torch.Tensor, lengths: list[int]
                  ) -> torch.Tensor:
