@@ -1,11 +1,12 @@
 """Qwen3-ASR's audio encoder (AuT) and projector, module for module in transformers' key layout
 (``model.audio_tower.*``, ``model.multi_modal_projector.*``).
 
-The log-mel frames are cut into chunks of ``2 * n_window`` (1 s); each chunk goes through three stride-2
-convolutions (``conv2d1..3``, GELU after each) and ``conv_out`` to 13 positions, to which a sinusoid restarting in
-every chunk is added. The valid positions of a request (those its audio frames reach) are packed one after another,
-and pre-LN transformer layers attend within windows of ``n_window_infer`` frames' worth of positions (a request's
-first window starts at its first position); ``ln_post`` closes. The projector (Linear, GELU, Linear) maps each
+The log-mel frames are cut into chunks of ``2 * n_window`` (1 s); each chunk holding audio goes through three
+stride-2 convolutions (``conv2d1..3``, GELU after each) and ``conv_out`` to 13 positions, to which a sinusoid
+restarting in every chunk is added. The valid positions of a request (those its audio frames reach) follow one
+another, and pre-LN transformer layers attend within windows of ``n_window_infer`` frames' worth of positions (a
+request's first window starts at its first position): each window runs as a sequence of its own
+(``oasr.models.qwen3_asr.windows``); ``ln_post`` closes. The projector (Linear, GELU, Linear) maps each
 position to the language model's width.
 """
 
@@ -17,21 +18,13 @@ from torch import nn
 from oasr.layers import GELU, Conv2d, LayerNorm, Linear, MultiHeadAttention, activation
 from oasr.layers.positions import timescale_sinusoids
 from oasr.models.qwen3_asr.config import Qwen3ASRConfig, Qwen3AudioEncoderConfig
-
-
-def conv_lengths(frames: torch.Tensor) -> torch.Tensor:
-    """Frames of a chunk [...] -> positions after the three (kernel 3, stride 2, padding 1) convolutions; an empty
-    chunk stays empty."""
-    for _ in range(3):
-        frames = torch.where(frames > 0, (frames - 1) // 2 + 1, torch.zeros_like(frames))
-    return frames
+from oasr.models.qwen3_asr.windows import WindowPlan, positions_of
 
 
 def encoder_positions(num_frames: int, chunk_frames: int) -> int:
     """The audio positions (prompt embeddings) of ``num_frames`` feature frames: whole chunks, then the rest."""
     full, rest = divmod(num_frames, chunk_frames)
-    per_chunk = int(conv_lengths(torch.tensor(chunk_frames)))
-    return full * per_chunk + int(conv_lengths(torch.tensor(rest)))
+    return full * positions_of(chunk_frames) + positions_of(rest)
 
 
 class AudioEncoderLayer(nn.Module):
@@ -46,7 +39,7 @@ class AudioEncoderLayer(nn.Module):
         self.final_layer_norm = LayerNorm(d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x: [B, S, d]; mask: bool [B, 1, S, S] (True = attend) -> [B, S, d]."""
+        """x: [B, S, d]; mask: bool [B, 1, S | 1, S] (True = attend) -> [B, S, d]."""
         h = self.self_attn_layer_norm(x)
         x = x + self.self_attn.attend(h, *self.self_attn.project_kv(h), mask=mask)
         return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
@@ -68,53 +61,41 @@ class Qwen3AudioEncoder(nn.Module):
         self.layers = nn.ModuleList(AudioEncoderLayer(config) for _ in range(config.encoder_layers))
         self.ln_post = LayerNorm(config.d_model)
 
-    def _chunks(self, features: torch.Tensor) -> torch.Tensor:
-        """features [B, n_mels, C * chunk] -> every chunk's positions [B, C * P, d] (P per chunk, sinusoid added)."""
+    def _chunk_positions(self, features: torch.Tensor, plan: WindowPlan) -> torch.Tensor:
+        """features [B, n_mels, C * chunk] -> the positions of the chunks holding audio, [N * P, d] (P per chunk,
+        the sinusoid that restarts in every chunk added)."""
         b, mels, frames = features.shape
         chunk = self.config.chunk_frames
         x = features.view(b, mels, frames // chunk, chunk).permute(0, 2, 1, 3).reshape(-1, 1, mels, chunk)
+        x = x[plan.chunks]
         for conv in (self.conv2d1, self.conv2d2, self.conv2d3):
             x = self.gelu(conv(x))
         n, channels, bins, steps = x.shape
         x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n, steps, channels * bins))
-        x = x + self.positional_embedding[:steps].to(x.dtype)
-        return x.reshape(b, -1, x.shape[-1])
+        return (x + self.positional_embedding[:steps].to(x.dtype)).reshape(n * steps, -1)
 
-    def _pack(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row's valid positions moved to its front -> (packed [B, S, d], valid positions [B] on x's device).
-        The counts are computed where ``lengths`` lies: the engine passes host lengths, so reading the longest
-        does not wait for the device."""
-        b, total, d = x.shape
+    def plan(self, features: torch.Tensor, lengths: torch.Tensor) -> WindowPlan:
+        """The batch's window layout from its valid frames ``lengths`` [B] (host ints: no device wait)."""
         chunk = self.config.chunk_frames
-        num_chunks = total // int(conv_lengths(torch.tensor(chunk)))
-        starts = torch.arange(num_chunks, device=lengths.device) * chunk
-        per_chunk = conv_lengths((lengths[:, None] - starts).clamp(0, chunk))  # [B, C]
-        longest = int(per_chunk.sum(dim=1).max())
-        per_chunk = per_chunk.to(x.device)
-        steps = total // num_chunks
-        valid = (torch.arange(steps, device=x.device) < per_chunk[..., None]).reshape(b, total)
-        counts = per_chunk.sum(dim=1)
-        # A stable sort of "is padding" puts each row's valid positions first, in order.
-        order = torch.sort((~valid).to(torch.int8), dim=1, stable=True).indices[:, :longest]
-        return x.gather(1, order[..., None].expand(-1, -1, d)), counts
-
-    def window_mask(self, counts: torch.Tensor, length: int) -> torch.Tensor:
-        """Valid positions [B] -> bool [B, 1, S, S]: positions of one row attend within their window; padding
-        attends to padding only (so no row of the softmax is empty)."""
-        chunk = self.config.chunk_frames
-        window = int(conv_lengths(torch.tensor(chunk))) * (self.config.n_window_infer // chunk)
-        positions = torch.arange(length, device=counts.device)
-        group = torch.where(positions < counts[:, None], positions // window, -1)
-        return (group[:, :, None] == group[:, None, :])[:, None]
+        return WindowPlan.build([int(n) for n in lengths.tolist()], features.shape[-1] // chunk, chunk,
+                                self.config.n_window_infer // chunk, features.device)
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, n_mels, frames] (frames a multiple of the chunk); lengths: [B] valid frames
-        -> (hidden [B, S, d_model], valid positions [B])."""
-        x, counts = self._pack(self._chunks(features), lengths)
-        mask = self.window_mask(counts, x.shape[1])
+        -> (hidden [B, S, d_model], each row's positions packed from its front; valid positions [B], on the
+        features' device)."""
+        plan = self.plan(features, lengths)
+        x = self._chunk_positions(features, plan)
+        x = with_zero_row(x)[plan.into_windows].view(plan.num_windows, plan.window, -1)
         for layer in self.layers:
-            x = layer(x, mask)
-        return self.ln_post(x), counts
+            x = layer(x, plan.keys)
+        x = with_zero_row(x.reshape(-1, x.shape[-1]))[plan.out_of_windows]
+        return self.ln_post(x), torch.tensor(plan.counts, device=features.device)
+
+
+def with_zero_row(x: torch.Tensor) -> torch.Tensor:
+    """[N, d] -> [N + 1, d], a zero row last (what padding slots gather)."""
+    return torch.cat((x, x.new_zeros(1, x.shape[-1])))
 
 
 class MultiModalProjector(nn.Module):
