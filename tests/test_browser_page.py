@@ -244,3 +244,13 @@ def test_a_chosen_file_is_transcribed_and_its_subtitles_download(browser, offlin
     assert srt.startswith("1\n00:00:00,000 --> ") and vtt.startswith("WEBVTT")
     cue_text = [line for line in srt.splitlines() if line and not line.isdigit() and "-->" not in line]
     assert words(" ".join(cue_text)) == words(offline_jfk)
+
+
+@pytest.mark.browser
+def test_without_the_key_the_page_says_why_the_socket_was_refused(browser):
+    page = browser.page
+    page.fill("#api-key", "")
+    page.click("#mic")
+    page.wait_for_selector("#live-status.error", timeout=30_000)
+    assert "Incorrect or missing API key" in page.text_content("#live-status")
+    assert page.get_attribute("#mic", "aria-pressed") == "false"
