@@ -17,8 +17,8 @@ const SESSION_UPDATE = {
   },
 };
 
-// Converts a stream of blocks from the capture rate to TARGET_RATE. Downsampling averages the input samples
-// each output sample spans (a box filter, which keeps most of what lies above the new Nyquist rate out);
+// Converts a stream of blocks from the capture rate to TARGET_RATE. Downsampling averages the input over the
+// span of each output sample (a box filter, which keeps most of what lies above the new Nyquist rate out);
 // upsampling interpolates linearly. Samples not yet used carry over to the next block.
 class StreamResampler {
   constructor(inputRate, outputRate) {
@@ -35,12 +35,15 @@ class StreamResampler {
     let count = 0;
     if (this.step >= 1) {
       while (this.next + this.step <= input.length) {
-        const from = Math.floor(this.next);
-        const to = Math.max(from + 1, Math.floor(this.next + this.step));
+        // Input sample i spans [i, i + 1): each counts by how much of it the output's span covers.
+        const from = this.next;
+        const to = from + this.step;
         let sum = 0;
-        for (let i = from; i < to; i++) sum += input[i];
-        output[count++] = sum / (to - from);
-        this.next += this.step;
+        for (let i = Math.floor(from); i < Math.ceil(to); i++) {
+          sum += input[i] * (Math.min(to, i + 1) - Math.max(from, i));
+        }
+        output[count++] = sum / this.step;
+        this.next = to;
       }
     } else {
       while (this.next + 1 < input.length) {
@@ -108,6 +111,10 @@ class LiveCaptions {
     this.running = true;
     this.setButton(true);
     try {
+      if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+        throw new Error("The browser gives the microphone to secure pages only: open this page over HTTPS, "
+          + "or on this machine at localhost.");
+      }
       this.status("Connecting…");
       this.socket = await this.open();
       this.status("Asking for the microphone…");
