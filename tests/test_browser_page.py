@@ -43,15 +43,14 @@ LEAD_SILENCE_S = 1.0  # the fake device starts with the track, a moment before t
 TAIL_SILENCE_S = 2.0  # past server VAD's 500 ms of silence, so the turn ends without a Stop
 KEY_WORDS = "ask not what your country can do for you"
 CAPTION_TIMEOUT_MS = 90_000  # the clip plays in real time (14 s), then tiny.en decodes on a shared CPU
-CLIP_S = LEAD_SILENCE_S + 11.0 + TAIL_SILENCE_S  # jfk.flac is 11 s
 MIN_WORD_SIMILARITY = 0.9  # the mic path resamples twice (page, server): a word may differ from offline
 CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream")
-# True once ``clipMs`` have passed since the recorder started and every caption line is final.
-CAPTIONS_DONE = """(clipMs) => {
+# True once ``microphoneMs`` have passed since the recorder started and every caption line is final.
+CAPTIONS_DONE = """(microphoneMs) => {
   const lines = [...document.querySelectorAll('#captions li')];
-  return performance.now() - window.recordingSince > clipMs && lines.length > 0
+  return performance.now() - window.recordingSince > microphoneMs && lines.length > 0
     && lines.every(li => li.className === 'final');
 }"""
 # Records each caption line's class and text after every change, so a partial state that lasts one event is seen.
@@ -153,19 +152,20 @@ def _artifacts(tmp_path: Path) -> Path:
     return folder
 
 
-def _capture_wav(folder: Path) -> Path:
-    """jfk.flac as the fake microphone plays it: 48 kHz 16-bit, with silence before and after."""
+def _capture_wav(folder: Path) -> tuple[Path, float]:
+    """jfk.flac as the fake microphone plays it: 48 kHz 16-bit, with silence before and after; its seconds."""
     speech = soxr.resample(load_audio(JFK), 16_000, CAPTURE_RATE)
     audio = np.concatenate([np.zeros(int(LEAD_SILENCE_S * CAPTURE_RATE), np.float32), speech,
                             np.zeros(int(TAIL_SILENCE_S * CAPTURE_RATE), np.float32)])
     path = folder / "jfk-48k.wav"
     sf.write(path, np.clip(audio, -1, 1), CAPTURE_RATE, subtype="PCM_16")
-    return path
+    return path, len(audio) / CAPTURE_RATE
 
 
 @dataclass
 class BrowserPage:
     page: Any  # playwright.sync_api.Page (Playwright is imported only where it is present)
+    microphone_s: float  # how long the fake microphone plays
     console: list[str] = field(default_factory=list)  # console messages and uncaught errors, for failures
 
 
@@ -174,13 +174,13 @@ def browser(tmp_path, server) -> BrowserPage:
     """A page of a fresh headless chromium at the server's ``/``, its console kept; the fake microphone plays
     the clip once."""
     sync_playwright = _playwright()
-    wav = _capture_wav(tmp_path)
+    wav, microphone_s = _capture_wav(tmp_path)
     flags = [*CHROMIUM_FLAGS, f"--use-file-for-fake-audio-capture={wav}%noloop"]
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=flags, accept_downloads=True)
         try:
-            opened = BrowserPage(context.pages[0] if context.pages else context.new_page())
+            opened = BrowserPage(context.pages[0] if context.pages else context.new_page(), microphone_s)
             opened.page.on("console", lambda message: opened.console.append(f"{message.type}: {message.text}"))
             opened.page.on("pageerror", lambda error: opened.console.append(f"pageerror: {error}"))
             opened.page.goto(f"{server}/")
@@ -206,7 +206,7 @@ def test_the_microphone_button_streams_live_captions_that_match_offline(browser,
     page.evaluate(CAPTION_RECORDER)
     page.click("#mic")
     try:  # the clip has played out and every line it made is final
-        page.wait_for_function(CAPTIONS_DONE, arg=CLIP_S * 1000, timeout=CAPTION_TIMEOUT_MS)
+        page.wait_for_function(CAPTIONS_DONE, arg=browser.microphone_s * 1000, timeout=CAPTION_TIMEOUT_MS)
     except Exception:
         _screenshot(page, tmp_path, "live-captions-timeout.png")
         raise AssertionError(f"captions not final; status {page.text_content('#live-status')!r}; captions "
