@@ -230,6 +230,13 @@ def test_the_microphone_button_streams_live_captions_that_match_offline(browser,
 @pytest.mark.browser
 def test_a_chosen_file_is_transcribed_and_its_subtitles_download(browser, offline_jfk, tmp_path):
     page = browser.page
+    # A file dropped on the zone takes the same path; one that is not audio is refused, and the page says so.
+    dropped = page.evaluate_handle("() => { const data = new DataTransfer(); "
+                                   "data.items.add(new File(['not audio'], 'notes.txt')); return data; }")
+    page.dispatch_event("#drop", "drop", {"dataTransfer": dropped})
+    page.wait_for_selector("#file-status.error", timeout=30_000)
+    assert "Could not transcribe notes.txt" in page.text_content("#file-status")
+    assert page.is_disabled("#download-srt")
     page.set_input_files("#file", str(JFK))
     page.wait_for_selector("#transcript:not(:empty)", timeout=60_000)
     assert page.text_content("#transcript") == offline_jfk, (page.text_content("#file-status"), browser.console)
