@@ -88,8 +88,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         description="OpenAI-compatible speech-to-text server: POST /v1/audio/transcriptions and "
         "/v1/audio/translations (json, text, srt, vtt, verbose_json; stream=true for server-sent text events), "
         "GET /v1/models, /health and /metrics (Prometheus), and realtime transcription over a WebSocket "
-        "(GET /v1/realtime?intent=transcription, OpenAI's Realtime protocol, GA and beta). Overload is answered "
-        "with 429, never queued forever.",
+        "(GET /v1/realtime?intent=transcription, OpenAI's Realtime protocol, GA and beta); GET / is a page with "
+        "live microphone captions and file transcripts. Overload is answered with 429, never queued forever.",
     )
     p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
     p.add_argument("--served-model-name", default=None,
@@ -99,7 +99,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise; repeat for several keys; "
-                   "default: $OASR_API_KEY); /health and /metrics stay open")
+                   "default: $OASR_API_KEY); /health, /metrics and the page at / stay open")
     p.add_argument("--max-upload-mb", type=float, default=25, help="largest request body in MB (413 beyond)")
     p.add_argument("--max-audio-seconds", type=float, default=3600, help="longest audio accepted (400 beyond)")
     p.add_argument("--max-queue", type=int, default=256,

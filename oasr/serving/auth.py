@@ -6,6 +6,11 @@ import hmac
 
 from oasr.serving.protocol import APIError
 
+# A browser cannot set headers on a WebSocket, only the subprotocols it offers; OpenAI's browser clients offer
+# the key as one of them, with "realtime" beside it (the one the server then picks).
+KEY_SUBPROTOCOL_PREFIX = "openai-insecure-api-key."
+REALTIME_SUBPROTOCOL = "realtime"
+
 
 def api_key_index(authorization: str, keys: tuple[str, ...]) -> int | None:
     """The index of the key an ``Authorization`` header carries (None when ``keys`` is empty: an open server);
@@ -18,5 +23,17 @@ def api_key_index(authorization: str, keys: tuple[str, ...]) -> int | None:
         matches = [hmac.compare_digest(given.strip().encode(), key.encode()) for key in keys]
         if any(matches):
             return matches.index(True)
-    raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+    raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>' (from a browser's "
+                   f"WebSocket: the subprotocol '{KEY_SUBPROTOCOL_PREFIX}<key>').",
                    code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def websocket_authorization(authorization: str, subprotocols: list[str]) -> str:
+    """The ``Authorization`` a WebSocket handshake stands for: its header, else the key a browser offers as the
+    subprotocol ``openai-insecure-api-key.<KEY>``, read as ``Bearer <KEY>`` (empty when neither is there)."""
+    if authorization:
+        return authorization
+    for name in subprotocols:
+        if name.startswith(KEY_SUBPROTOCOL_PREFIX):
+            return f"Bearer {name[len(KEY_SUBPROTOCOL_PREFIX):]}"
+    return ""

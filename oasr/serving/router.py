@@ -14,6 +14,7 @@ from oasr.serving.protocol import (
     TranslationParams,
     form_request_body,
 )
+from oasr.serving.page import add_page_routes
 from oasr.serving.realtime.route import add_realtime_route
 from oasr.serving.serving import OpenAIServingTranscription
 
@@ -57,6 +58,7 @@ def build_router() -> APIRouter:
     router.include_router(v1)
     # A WebSocket route takes no Request, so it checks the API key itself (the same check), before accepting.
     add_realtime_route(router)
+    add_page_routes(router)  # outside /v1: the page itself loads without a key
 
     @router.get("/health", summary="200 while the engine runs, 503 once it has stopped")
     async def health(request: Request) -> Response:
