@@ -148,7 +148,8 @@ class RayReplicaSet:
         from oasr.scale.cluster import connect
 
         self.max_waiting = max_waiting
-        self._started_ray = connect(options.address, options.num_replicas, log_to_driver=True)
+        self._started_ray = connect(options.address, options.num_replicas, log_to_driver=True,
+                                    keep_signal_handlers=True)
         actor_class = ray.remote(replica_class).options(
             num_cpus=1, num_gpus=options.gpus_per_replica or None, max_restarts=MAX_REPLICA_RESTARTS,
             max_task_retries=0)  # a request in flight on a replica that dies fails (503), it is not rerun
