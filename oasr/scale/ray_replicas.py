@@ -31,7 +31,7 @@ import numpy as np
 
 from oasr.engine.config import EngineConfig
 from oasr.engine.core_protocol import EngineCoreSpec, EngineInfo
-from oasr.engine.relay import EngineOverloadedError, ReplicaLostError
+from oasr.engine.relay import EngineDeadError, EngineOverloadedError, ReplicaLostError
 from oasr.engine.request import RequestOutput
 from oasr.engine.stats import EngineStats, ReplicaStats
 from oasr.errors import OASRError, UnsupportedOptionError
@@ -275,6 +275,9 @@ class RayReplicaSet:
         try:
             return await ref
         except RayTaskError as exc:
+            if isinstance(exc.cause, EngineDeadError):  # its step loop failed: that replica is down, not the server
+                self._mark_down(replica, exc.cause)
+                raise ReplicaLostError(f"engine replica {replica.replica_id} stopped; retry the request") from None
             if isinstance(exc.cause, OASRError):  # raised by the engine, for the caller: its own type and message
                 raise exc.cause from None
             log.error("replica %d failed a call: %s", replica.replica_id, exc)
@@ -345,7 +348,8 @@ class RayReplicaSet:
 
 
 def start_replicas(model: str, options: ReplicaOptions, *, device: str = "auto", dtype: str | None = None,
-                   config: EngineConfig | None = None, max_waiting: int = 1024, cpu_threads: int | None = None) -> RayReplicaSet:
+                   config: EngineConfig | None = None, max_waiting: int = 1024,
+                   cpu_threads: int | None = None) -> RayReplicaSet:
     """The engine client of ``oasr serve --ray-replicas``: the model loaded on every replica."""
     spec = EngineCoreSpec(model, device, dtype, config, logging.getLogger().getEffectiveLevel(), cpu_threads)
     return RayReplicaSet(spec, options, max_waiting=max_waiting)
