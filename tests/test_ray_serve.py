@@ -151,9 +151,9 @@ def test_serve_with_two_replicas_gives_the_offline_texts_sums_metrics_and_stops_
         wait_until(both_up, "the server and both replicas to start", timeout_s=STARTUP_S)
         assert _cluster_cpus_free() == 0  # the two replicas hold the cluster's CPUs
 
-        # Four of each input, six at a time: the least-loaded routing hands both replicas some.
-        requests = [path for path in inputs for _ in range(4)]
-        with ThreadPoolExecutor(6) as pool:
+        # Three of each input, four at a time: the least-loaded routing hands both replicas some.
+        requests = [path for path in inputs for _ in range(3)]
+        with ThreadPoolExecutor(4) as pool:
             texts = list(pool.map(lambda path: transcribe(url, path).text, requests))
         assert texts == [offline_texts[path] for path in requests]
         done = [e.text for e in transcribe(url, stream=True) if e.type == "transcript.text.done"]
