@@ -140,9 +140,8 @@ class RayReplicaSet:
     """An ``EngineClient`` over ``options.num_replicas`` engine replicas on Ray."""
 
     def __init__(self, spec: EngineCoreSpec, options: ReplicaOptions, *, max_waiting: int = 1024,
-                 startup_timeout_s: float = STARTUP_TIMEOUT_S, replica_class: type = EngineReplica) -> None:
-        """Joins or starts the cluster and waits for every replica to load its model. ``replica_class``: the
-        actor class (a subclass can inject faults in tests)."""
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Joins or starts the cluster and waits for every replica to load its model."""
         import ray
 
         from oasr.scale.cluster import connect
@@ -150,7 +149,7 @@ class RayReplicaSet:
         self.max_waiting = max_waiting
         self._started_ray = connect(options.address, options.num_replicas, log_to_driver=True,
                                     keep_signal_handlers=True)
-        actor_class = ray.remote(replica_class).options(
+        actor_class = ray.remote(EngineReplica).options(
             num_cpus=1, num_gpus=options.gpus_per_replica or None, max_restarts=MAX_REPLICA_RESTARTS,
             max_task_retries=0)  # a request in flight on a replica that dies fails (503), it is not rerun
         actors = [actor_class.remote(spec, max_waiting) for _ in range(options.num_replicas)]
@@ -176,7 +175,7 @@ class RayReplicaSet:
 
     @property
     def alive(self) -> bool:
-        """While at least one replica is up (one restarting comes back)."""
+        """While at least one replica answers (none up, all restarting or dead, reads as unhealthy)."""
         with self._lock:
             return any(r.up for r in self._replicas)
 
@@ -224,6 +223,7 @@ class RayReplicaSet:
                        partial: bool = True) -> AsyncIterator[RequestOutput]:
         """This request's outputs from the least-loaded replica. Leaving early cancels the replica's call."""
         import ray
+        from ray.exceptions import RayActorError
 
         replica = self._acquire(count=True)
         outputs = None
@@ -234,6 +234,8 @@ class RayReplicaSet:
                 output = await self._answer(replica, ref)
                 yield output
                 finished = output.finished
+        except RayActorError as exc:  # the stream itself broke off: its replica died between two outputs
+            raise self._lost(replica, exc) from None
         finally:
             with self._lock:
                 replica.num_in_flight -= 1
@@ -276,15 +278,18 @@ class RayReplicaSet:
             return await ref
         except RayTaskError as exc:
             if isinstance(exc.cause, EngineDeadError):  # its step loop failed: that replica is down, not the server
-                self._mark_down(replica, exc.cause)
-                raise ReplicaLostError(f"engine replica {replica.replica_id} stopped; retry the request") from None
+                raise self._lost(replica, exc.cause) from None
             if isinstance(exc.cause, OASRError):  # raised by the engine, for the caller: its own type and message
                 raise exc.cause from None
             log.error("replica %d failed a call: %s", replica.replica_id, exc)
             raise ReplicaLostError(f"engine replica {replica.replica_id} failed: {exc.cause!r}") from None
         except RayActorError as exc:
-            self._mark_down(replica, exc)
-            raise ReplicaLostError(f"engine replica {replica.replica_id} stopped; retry the request") from None
+            raise self._lost(replica, exc) from None
+
+    def _lost(self, replica: _Replica, reason: object) -> ReplicaLostError:
+        """Marks ``replica`` down; the error for the request it failed."""
+        self._mark_down(replica, reason)
+        return ReplicaLostError(f"engine replica {replica.replica_id} stopped; retry the request")
 
     def _mark_down(self, replica: _Replica, reason: object) -> None:
         with self._lock:
