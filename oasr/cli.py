@@ -9,11 +9,16 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.settings import ServerSettings
 from oasr.transcribe_command import StdoutError, output_names, write_output  # noqa: F401 (oasr.cli's names too)
 from oasr.vad import VAD_DETECTORS
+
+if TYPE_CHECKING:
+    from oasr.scale.ray_replicas import ReplicaOptions
+
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("transcribe", help="transcribe audio files")
@@ -138,6 +143,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-workers", type=int, default=1,
                    help="HTTP worker processes sharing the one engine core (process mode); the --max-queue limits "
                    "hold per worker")
+    p.add_argument("--ray-replicas", type=int, default=None, metavar="N",
+                   help="serve from N engine replicas on a Ray cluster, each holding the model, behind this one "
+                   "endpoint; a request goes to the replica with the fewest in flight (pip install 'oasr[ray]'; "
+                   "see docs/scale-out.md)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --ray-replicas: the cluster to join ('auto', HOST:PORT, ray://HOST:10001); default: "
+                   "start a local one")
+    p.add_argument("--gpus-per-replica", type=float, default=0.0, metavar="G",
+                   help="with --ray-replicas: GPUs each replica reserves (0.5 puts two replicas on one GPU)")
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -190,13 +204,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = _serve_settings(args)
         if args.api_workers < 1 or (args.api_workers > 1 and args.engine_mode != "process"):
             raise ValueError(f"--api-workers must be >= 1, and 1 with --engine-mode thread (got {args.api_workers})")
+        replicas = _replica_options(args)
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
     serve(args.model, settings, host=args.host, port=args.port, device=args.device,
           dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode,
-          api_workers=args.api_workers)
+          api_workers=args.api_workers, replicas=replicas)
     return 0
+
+
+def _replica_options(args: argparse.Namespace) -> ReplicaOptions | None:
+    """The --ray-* options of ``oasr serve``, or None for one engine."""
+    if args.ray_replicas is None:
+        if args.ray_address is not None or args.gpus_per_replica:
+            raise ValueError("--ray-address and --gpus-per-replica need --ray-replicas")
+        return None
+    if args.api_workers > 1:
+        raise ValueError("--ray-replicas cannot be combined with --api-workers (one HTTP process routes to them)")
+    if args.engine_mode != "process":
+        raise ValueError("--engine-mode does not apply to --ray-replicas (each replica runs its engine itself)")
+    if args.device == "cuda" and not args.gpus_per_replica:
+        raise ValueError("--device cuda with --ray-replicas needs --gpus-per-replica (Ray hides GPUs from actors "
+                         "that reserve none)")
+    from oasr.scale.cluster import ray_available
+    from oasr.scale.ray_replicas import RAY_MISSING, ReplicaOptions
+
+    if not ray_available():
+        raise ValueError(RAY_MISSING)
+    return ReplicaOptions(args.ray_replicas, args.ray_address, args.gpus_per_replica)
 
 
 def cmd_models(args: argparse.Namespace) -> int:

@@ -19,6 +19,13 @@ class BatchSizeCounts:
     num_steps: int = 0
     num_rows: int = 0
 
+    def __add__(self, other: BatchSizeCounts) -> BatchSizeCounts:
+        """Both engines' steps together (engines of one configuration, so the same bounds)."""
+        if other.bounds != self.bounds:
+            raise ValueError(f"cannot add batch-size counts over bounds {self.bounds} and {other.bounds}")
+        return BatchSizeCounts(self.bounds, tuple(a + b for a, b in zip(self.cumulative, other.cumulative)),
+                               self.num_steps + other.num_steps, self.num_rows + other.num_rows)
+
 
 class BatchSizeCounter:
     """Counts steps by batch size. Steps without a walk of this kind (size 0) are not counted."""

@@ -18,6 +18,11 @@ class EngineDeadError(OASRError):
     """The engine loop stopped after an internal error; no request can be served."""
 
 
+class ReplicaLostError(OASRError):
+    """One engine replica of several (``oasr serve --ray-replicas``) stopped, or none is up just now: this request
+    failed, while the server stays up and a retry may be served by another replica."""
+
+
 async def relay(outputs: asyncio.Queue) -> AsyncIterator[RequestOutput]:
     """A request's outputs as the engine queues them, up to and including the finished one; an exception the
     engine queued instead is raised."""

@@ -16,3 +16,17 @@ class EngineStats:
     num_slots: int
     encode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's encode walk, since start
     decode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's decode walk, since start
+    # Several engine replicas behind one server (``oasr serve --ray-replicas``): each one's own numbers, while
+    # the fields above are their sum. Empty for a single engine.
+    replicas: tuple[ReplicaStats, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """One replica as the server that routes to it sees it."""
+
+    replica_id: int
+    up: bool  # it answered its last call; False while it is dead or restarting
+    num_requests: int  # engine requests (30 s windows) routed to it since the server started
+    num_in_flight: int  # of those, routed and not yet finished
+    engine: EngineStats  # its own last report (its counts start again when it restarts)

@@ -135,21 +135,13 @@ def transcribe_on_ray(paths: Sequence[str | os.PathLike], spec: WorkerSpec, ray_
 
 def _connect(ray_options: RayOptions) -> bool:
     """Initialises Ray unless it already is; True when this call started it."""
-    import ray
+    from oasr.scale.cluster import RayClusterError, connect
 
-    if ray.is_initialized():
-        return False
-    quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
     try:
-        if ray_options.address is not None:
-            ray.init(address=ray_options.address, **quiet)
-        else:
-            # Logical CPUs: one per actor plus at least one for decoding tasks, so actors never starve decoding.
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-            ray.init(num_cpus=max(cores, ray_options.num_workers + 1), include_dashboard=False, **quiet)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise RayRunError(f"cannot start or reach Ray ({ray_options.address or 'local'}): {exc}") from None
-    return True
+        # Logical CPUs: one per actor plus at least one for decoding tasks, so actors never starve decoding.
+        return connect(ray_options.address, ray_options.num_workers + 1)
+    except RayClusterError as exc:
+        raise RayRunError(str(exc)) from None
 
 
 def _stream(paths: Sequence[str | os.PathLike], spec: WorkerSpec, ray_options: RayOptions,

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,6 +27,9 @@ from oasr.serving.realtime.connection import RealtimeService
 from oasr.serving.router import build_router
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from oasr.scale.ray_replicas import ReplicaOptions
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +117,12 @@ def start_engine(model: str, *, mode: str = "process", device: str = "auto", dty
 
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
-          dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1) -> None:
+          dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1,
+          replicas: ReplicaOptions | None = None) -> None:
     """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
     (an engine core process is asked to stop and its socket directory removed).
-    ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode)."""
+    ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
+    ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.scale.ray_replicas``)."""
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
@@ -128,10 +134,16 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
     import uvicorn
 
     with stopped_by_signals():
-        engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+        if replicas is not None:
+            from oasr.scale.ray_replicas import start_replicas
+
+            engine = start_replicas(model, replicas, device=device, dtype=dtype)
+            described = f"{replicas.num_replicas} engine replicas on Ray"
+        else:
+            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+            described = f"engine: {engine_mode}"
         try:
-            log.info("serving %s on http://%s:%d (engine: %s)", settings.served_model_name, host, port,
-                     engine_mode)
+            log.info("serving %s on http://%s:%d (%s)", settings.served_model_name, host, port, described)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             uvicorn.Server(uvicorn_config(build_app(engine, settings), settings, host=host, port=port,
                                           log_level=level)).run()

@@ -8,6 +8,9 @@ With several API worker processes (``oasr serve --api-workers N``) the main proc
 ``PROMETHEUS_MULTIPROC_DIR``: every worker's HTTP counters, histograms and in-flight gauge go to files there
 and any worker's /metrics sums them over all workers (prometheus_client's multiprocess mode); the engine
 numbers come from the one shared engine core, so any worker reports them whole.
+
+With engine replicas (``oasr serve --ray-replicas N``) the engine numbers are the replicas' sums, and the
+``oasr_replica_*`` series, labelled ``replica``, give each one's own.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -24,6 +27,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oasr.engine.batch_stats import BatchSizeCounts
+from oasr.engine.stats import ReplicaStats
 from oasr.serving.engine_client import EngineClient
 
 # Seconds: from well under a GPU step to a long file on a busy CPU.
@@ -105,6 +109,35 @@ class _EngineCollector(Collector):
                          stats.encode_batch_sizes)
         yield _histogram("oasr_engine_decode_batch_size", "Requests decoded together, per engine step that decodes",
                          stats.decode_batch_sizes)
+        if stats.replicas:
+            yield from _replica_metrics(stats.replicas)
+
+
+def _replica_metrics(replicas: tuple[ReplicaStats, ...]) -> Iterator[Metric]:
+    """``--ray-replicas``: how many are up, and each one's numbers by its ``replica`` label (the unlabelled
+    engine metrics above are their sums)."""
+    yield GaugeMetricFamily("oasr_engine_replicas_up", "Engine replicas up (answering) now",
+                            value=sum(r.up for r in replicas))
+    yield GaugeMetricFamily("oasr_engine_replicas", "Engine replicas configured", value=len(replicas))
+    families = (
+        (GaugeMetricFamily, "oasr_replica_up", "1 while the replica answers, 0 while it is dead or restarting",
+         lambda r: int(r.up)),
+        (CounterMetricFamily, "oasr_replica_requests", "Engine requests (30 s windows) routed to the replica",
+         lambda r: r.num_requests),
+        (GaugeMetricFamily, "oasr_replica_requests_in_flight", "Engine requests routed to the replica and not "
+         "yet finished", lambda r: r.num_in_flight),
+        (GaugeMetricFamily, "oasr_replica_requests_running", "The replica's engine requests holding decode rows",
+         lambda r: r.engine.num_running),
+        (GaugeMetricFamily, "oasr_replica_requests_waiting", "The replica's engine requests queued for encoding",
+         lambda r: r.engine.num_waiting),
+        (CounterMetricFamily, "oasr_replica_encoded_windows", "Windows the replica's engine encoded, by its own "
+         "count (starts again when the replica restarts)", lambda r: r.engine.encode_batch_sizes.num_rows),
+    )
+    for family_type, name, documentation, value in families:
+        family = family_type(name, documentation, labels=["replica"])
+        for replica in replicas:
+            family.add_metric([str(replica.replica_id)], value(replica))
+        yield family
 
 
 def _histogram(name: str, documentation: str, counts: BatchSizeCounts) -> HistogramMetricFamily:

@@ -60,10 +60,14 @@ def build_router() -> APIRouter:
     add_realtime_route(router)
     add_page_routes(router)  # outside /v1: the page itself loads without a key
 
-    @router.get("/health", summary="200 while the engine runs, 503 once it has stopped")
+    @router.get("/health", summary="200 while the engine runs (with replicas: one is up), 503 once it has stopped")
     async def health(request: Request) -> Response:
         alive = serving(request).healthy
-        return JSONResponse({"status": "ok" if alive else "engine_unavailable"}, status_code=200 if alive else 503)
+        body: dict[str, object] = {"status": "ok" if alive else "engine_unavailable"}
+        replicas = serving(request).engine.stats().replicas
+        if replicas:
+            body["replicas"] = {"up": sum(r.up for r in replicas), "total": len(replicas)}
+        return JSONResponse(body, status_code=200 if alive else 503)
 
     @router.get("/metrics", summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from oasr.audio import audio_duration
-from oasr.engine.relay import EngineDeadError, EngineOverloadedError
+from oasr.engine.relay import EngineDeadError, EngineOverloadedError, ReplicaLostError
 from oasr.transcription.spans import Span, SpanPlanner, long_audio_detector, to_samples
 from oasr.engine.request import RequestOutput
 from oasr.transcription.parallel import CoverPlan, cover_plan
@@ -464,6 +464,11 @@ class OpenAIServingTranscription:
                             "was aborted.", type="timeout_error", code="request_timeout")
         if isinstance(exc, UnsupportedOptionError):  # the engine refused what ``check`` let through
             return APIError(400, str(exc), code="unsupported_option")
+        if isinstance(exc, ReplicaLostError):  # one replica of several: the server stays up, a retry may be served
+            log.error("request failed: %s", exc)
+            return APIError(503, "The engine replica serving this request stopped; retry the request.",
+                            type="server_error", code="replica_unavailable",
+                            headers={"Retry-After": str(self.settings.retry_after_s)})
         if isinstance(exc, EngineDeadError):
             self.engine_alive = False
             log.error("engine unavailable: %s", exc)
