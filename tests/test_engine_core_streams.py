@@ -181,7 +181,8 @@ def test_bad_audio_ends_the_stream_with_a_failure_and_a_model_that_cannot_stream
     offline = EngineCore(ASREngine(tiny_en, SMALL_ENGINE))
     offline.handle(OpenStream("s", StreamOptions()), None)
     failures = offline.step().stream_failures
-    assert [(f.stream_id, f.kind) for f in failures] == [("s", INVALID_REQUEST)] and "cannot stream" in failures[0].message
+    assert [(f.stream_id, f.kind) for f in failures] == [("s", INVALID_REQUEST)]
+    assert "cannot stream" in failures[0].message
 
 
 def test_the_client_stream_yields_events_until_closed_and_raises_a_failure():

@@ -483,7 +483,8 @@ def streamed_session(engine: FakeStreams, events: list[dict], done) -> list[dict
 
 def test_a_streamed_turn_sends_deltas_for_its_item_before_the_commit_then_completed():
     engine = FakeStreams()
-    events = [ga_update({"turn_detection": None}), append_event(), append_event(), {"type": "input_audio_buffer.commit"}]
+    events = [ga_update({"turn_detection": None}), append_event(), append_event(),
+              {"type": "input_audio_buffer.commit"}]
     sent = streamed_session(engine, events, lambda sent: any(e["type"].endswith("completed") for e in sent))
     kinds = [e["type"] for e in sent]
     committed = sent[kinds.index("input_audio_buffer.committed")]

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -257,3 +258,83 @@ def test_a_turn_with_no_free_stream_fails_with_a_clear_error_and_the_next_one_st
     assert "stream slots are taken" in failed[0]["error"]["message"]
     completed = [e for e in later if e["type"] == COMPLETED]
     assert [c["transcript"] for c in completed] == [streamed(as_served(pcm))] * 2
+
+
+def test_the_in_process_engine_thread_streams_turns_the_same(checkpoint, streamed):
+    """``--engine-mode thread``: the same turn, through the engine thread's streams."""
+    from oasr.serving.app import start_engine
+
+    engine = start_engine(str(checkpoint), mode="thread", device="cpu", dtype="float32", config=SMALL_ENGINE)
+    pcm = pcm16_24k(load_audio(JFK)[: 16_000 * 5])
+
+    async def session(url: str) -> list[dict]:
+        async with connect(url, "ga") as conn:
+            await next_event(conn, "ga")
+            await update(conn, "ga", turn_detection=None)
+            await send_audio(conn, pcm)
+            await conn.input_audio_buffer.commit()
+            return await events_until_done(conn)
+
+    try:
+        with running_server(build_app(engine, ServerSettings(served_model_name=checkpoint.name,
+                                                             api_keys=(API_KEY,)))) as url:
+            events = asyncio.run(session(url))
+            committed = next(e for e in events if e["type"] == "input_audio_buffer.committed")
+            check_streamed_turn(events, committed["item_id"], streamed(as_served(pcm)))
+            wait_until(lambda: metrics(url)["oasr_engine_streams_active"] == 0, "the stream to end")
+    finally:
+        engine.shutdown()
+
+
+def _worker_that_dies(spec: EngineCoreSpec, channel, core_pid: int, audio: np.ndarray) -> None:
+    """An API worker that opens a stream, hears its first event, and dies without a word to the core."""
+    client = EngineCoreClient.attach(spec, channel, core_pid, worker_id=1)
+    # The core dialled this channel before the worker bound it; it redials every 100 ms (ZeroMQ's default).
+    time.sleep(1.0)
+
+    async def stream() -> None:
+        live = client.open_stream(StreamOptions())
+        live.push(audio)
+        async for _ in live.events():
+            break
+
+    asyncio.run(stream())
+    os._exit(0)
+
+
+def test_a_worker_process_that_dies_has_its_streams_aborted_by_the_core(checkpoint):
+    """One stream slot, two workers: the one that dies held it; the survivor's stream opens once the core has
+    seen the dead worker's channel drop (it would be refused for good otherwise)."""
+    import multiprocessing
+
+    from oasr.engine.core_client import SharedEngineCore
+    from oasr.streaming.types import StreamCapacityError
+
+    spec = EngineCoreSpec(str(checkpoint), "cpu", "float32", SMALL_ENGINE, cpu_threads=1,
+                          streaming=StreamingConfig(max_streams=1))
+    core = SharedEngineCore(spec, 2)
+    audio = load_audio(JFK)[: 16_000 * 3]
+    try:
+        survivor = EngineCoreClient.attach(spec, core.channels[0], core.pid, worker_id=0)
+        worker = multiprocessing.get_context("spawn").Process(
+            target=_worker_that_dies, args=(spec, core.channels[1], core.pid, audio))
+        worker.start()
+        worker.join(timeout=WAIT_S)
+        assert worker.exitcode == 0  # it heard its stream's first event: the slot was its
+
+        async def stream_once_the_slot_is_free() -> tuple[int, list]:
+            for attempt in range(int(WAIT_S / 0.2)):
+                live = survivor.open_stream(StreamOptions())
+                live.push(audio)
+                live.close()
+                try:
+                    return attempt, [e async for e in live.events()]
+                except StreamCapacityError:
+                    await asyncio.sleep(0.2)
+            raise AssertionError("the dead worker's stream slot was never freed")
+
+        _, events = asyncio.run(stream_once_the_slot_is_free())
+        assert events[-1].closed and events[-1].token_ids
+        survivor.shutdown()
+    finally:
+        core.stop()

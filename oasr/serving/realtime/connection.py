@@ -142,7 +142,7 @@ class RealtimeConnection:
         self.turns: asyncio.Queue[QueuedTurn] = asyncio.Queue()
         self.num_open_turns = 0  # queued or transcribing (or streaming)
         capabilities = self.serving.engine.capabilities
-        self.streams = capabilities is not None and capabilities.streaming is not None
+        self.streaming = capabilities is not None and capabilities.streaming is not None
         self.live: LiveTurn | None = None  # the streamed turn being spoken
         self._streamed: list[asyncio.Task] = []  # every streamed turn's task, in turn order
         self._send_lock = asyncio.Lock()
@@ -267,13 +267,13 @@ class RealtimeConnection:
             for found in self.buffer.detect(probs):
                 if isinstance(found, SpeechStarted):
                     await self.send(SpeechStartedEvent(item_id=found.item_id, audio_start_ms=found.audio_start_ms))
-                    if self.streams:
+                    if self.streaming:
                         self._open_live(found.item_id)
                 elif isinstance(found, SpeechStopped):
                     await self.send(SpeechStoppedEvent(item_id=found.item_id, audio_end_ms=found.audio_end_ms))
                 else:
                     await self._committed(found, arrived)
-        if self.streams:
+        if self.streaming:
             self._feed(arrived)
 
     async def _commit(self) -> None:
@@ -288,7 +288,7 @@ class RealtimeConnection:
 
     async def _committed(self, committed: Committed, arrived: float | None = None) -> None:
         await self.send(CommittedEvent(item_id=committed.item_id, previous_item_id=committed.previous_item_id))
-        if self.streams:
+        if self.streaming:
             self._end_live(committed, time.perf_counter() if arrived is None else arrived)
             return
         self.num_open_turns += 1
