@@ -466,16 +466,19 @@ def append_event(num_bytes: int = 4800) -> dict:
 
 
 def streamed_session(engine: FakeStreams, events: list[dict], done) -> list[dict]:
+    """The events sent until ``done(sent)``, then the client leaves; the session must leave no turn open."""
     serving = FakeServing("ok")
     serving.engine = engine
 
     async def run():
         hold = asyncio.Event()
         socket = FakeSocket(events, hold)
-        task = asyncio.create_task(connection(socket, serving).run())
+        session = connection(socket, serving)
+        task = asyncio.create_task(session.run())
         await until(lambda: done(socket.sent), task)
         hold.set()
         await task
+        assert session.num_open_turns == 0 and session._streamed == []
         return socket.sent
 
     return asyncio.run(run())

@@ -144,7 +144,7 @@ class RealtimeConnection:
         capabilities = self.serving.engine.capabilities
         self.streaming = capabilities is not None and capabilities.streaming is not None
         self.live: LiveTurn | None = None  # the streamed turn being spoken
-        self._streamed: list[asyncio.Task] = []  # every streamed turn's task, in turn order
+        self._streamed: list[LiveTurn] = []  # streamed turns not yet answered, in turn order
         self._send_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ the session's life
@@ -163,10 +163,11 @@ class RealtimeConnection:
         except (_Closed, WebSocketDisconnect):
             pass
         finally:
-            self._drop_live()
-            for task in (worker, *self._streamed):
-                task.cancel()
-            await asyncio.gather(worker, *self._streamed, return_exceptions=True)
+            worker.cancel()
+            for live in self._streamed:  # a task cancelled before it ran would not abort its stream itself
+                live.stream.abort()
+                live.task.cancel()
+            await asyncio.gather(worker, *(live.task for live in self._streamed), return_exceptions=True)
 
     async def _receive(self) -> str | None:
         """The next text frame; None once the client has gone or stayed silent past the idle timeout."""
@@ -349,11 +350,16 @@ class RealtimeConnection:
             raise ProtocolError("The engine has stopped; this server cannot transcribe.",
                                 code="engine_unavailable", type="server_error") from None
         live = LiveTurn(item_id, stream, asyncio.get_running_loop().create_future())
-        previous = self._streamed[-1] if self._streamed else None
+        previous = self._streamed[-1].task if self._streamed else None
         live.task = asyncio.create_task(self._stream_turn(live, previous))
-        self._streamed = [t for t in self._streamed if not t.done()] + [live.task]
         self.num_open_turns += 1
+        live.task.add_done_callback(lambda _: self._answered(live))  # also when cancelled before it ran
+        self._streamed.append(live)
         self.live = live
+
+    def _answered(self, live: LiveTurn) -> None:
+        self.num_open_turns -= 1
+        self._streamed.remove(live)
 
     def _feed(self, arrived: float) -> None:
         """Sends the live turn the audio buffered since its last push; in commit mode, the first audio of a
@@ -413,7 +419,6 @@ class RealtimeConnection:
             pass
         finally:
             live.stream.abort()  # a no-op for a stream that closed
-            self.num_open_turns -= 1
 
     @staticmethod
     def _stream_error(exc: OASRError) -> ErrorDetail:
