@@ -113,6 +113,7 @@ def test_a_stream_fed_while_the_core_steps_equals_one_fed_at_once(nemotron):
     loaded, audio, expected = nemotron
     core = make_core(loaded)
     core.handle(OpenStream("live", StreamOptions(lookahead=LOOKAHEAD)), None)
+    assert not core.has_ready_work  # an open stream without audio: the loop waits for messages, not spinning
     events = []
     for start in range(0, len(audio[1]), 1600):  # 100 ms at a time, a step after each
         core.handle(PushAudio("live"), audio[1][start : start + 1600])

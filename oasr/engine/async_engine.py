@@ -139,10 +139,6 @@ class AsyncEngine:
         with self._lock:
             self._live.pop(stream_id, None)
 
-    @property
-    def num_streams(self) -> int:
-        return len(self._live)
-
     async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[list[Word]]:
         """The words of one input's decoded windows (``oasr.transcription.words``), computed on the loop thread."""
         if self._error is not None:

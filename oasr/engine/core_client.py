@@ -313,10 +313,6 @@ class EngineCoreClient:
         with self._lock:
             self._live.pop(stream_id, None)
 
-    @property
-    def num_streams(self) -> int:
-        return len(self._live)
-
     def shutdown(self) -> None:
         """Stops the core (asking first, then terminating) and the receiver; waiting requests fail. An attached
         client aborts its own requests instead and leaves the shared core running."""

@@ -151,12 +151,12 @@ class EngineCore:
         return self.streaming.stats() if self.streaming is not None else self.engine.stats()
 
     def _step(self) -> tuple[list[RequestOutput], list[StreamEvent]]:
-        if self.streaming is not None:
-            if not self.streaming.has_ready_work():
-                return [], []
-            result = self.streaming.step()
-            return result.outputs, result.events
-        return (self.engine.step() if self.engine.has_unfinished() else []), []
+        if not self.has_ready_work:
+            return [], []
+        if self.streaming is None:
+            return self.engine.step(), []
+        result = self.streaming.step()
+        return result.outputs, result.events
 
     # ------------------------------------------------------------------ word alignment
 
