@@ -135,6 +135,38 @@ def test_a_commit_during_speech_keeps_the_open_item_and_restarts_the_vad():
     assert events[0] == SpeechStarted("item_2", 8 * 32)
 
 
+@pytest.mark.parametrize("step", [1, 3])
+def test_what_an_open_turn_has_settled_is_always_a_prefix_of_the_turn_it_becomes(step):
+    """A live stream is fed ``samples_from(turn_start_sample, settled_end)`` as audio arrives; the turn the VAD
+    then cuts starts with every piece fed, so the stream hears exactly the committed samples. 300 ms of
+    silence is not a whole number of chunks: the turn ends inside the chunk before the one that closes it."""
+    td = TurnDetection(threshold=0.5, prefix_padding_ms=96, silence_duration_ms=300)
+    buffer = vad_buffer(td)
+    probs = [0.1] * 20 + [0.9] * 20 + [0.05] * 30
+    settled, events = [], []
+    for i in range(0, len(probs), step):
+        events += feed(buffer, probs[i : i + step], step)
+        if buffer.speech_item_id is not None:
+            settled.append(buffer.samples_from(buffer.turn_start_sample, buffer.settled_end))
+    committed = next(e for e in events if isinstance(e, Committed))
+    assert settled and len(settled[-1]) > len(committed.audio) - (step + 2) * CHUNK  # it kept up
+    assert all(np.array_equal(committed.audio[: len(piece)], piece) for piece in settled)
+
+
+def test_a_commit_mode_turn_has_its_item_id_from_its_first_audio_and_a_commit_in_speech_cuts_from_it():
+    buffer = TurnBuffer(16_000, new_item_id=item_ids())
+    buffer.append(np.ones(800, dtype=np.float32))
+    early = buffer.turn_item_id()
+    assert buffer.open_item_id == early == buffer.turn_item_id() and buffer.settled_end == 800
+    assert buffer.commit().item_id == early and buffer.open_item_id is None
+    td = TurnDetection(prefix_padding_ms=0, silence_duration_ms=100)
+    buffer = vad_buffer(td)
+    feed(buffer, [0.0] * 3 + [1.0] * 5, 8)  # three chunks of silence stay buffered, speech opens after them
+    assert buffer.num_buffered_samples == 8 * CHUNK and buffer.turn_start_sample == 3 * CHUNK
+    committed = buffer.commit()
+    assert committed.start_ms == 3 * 32 and np.array_equal(committed.audio, np.arange(3 * CHUNK, 8 * CHUNK))
+
+
 def test_turn_detection_validates_openais_knobs():
     with pytest.raises(ValueError):
         TurnDetection(threshold=0)
@@ -253,6 +285,8 @@ class FakeServing:
         self.metrics = Metrics()
 
         class Engine:
+            capabilities = None  # an offline model's turns go through transcribe_turn
+
             async def check(self, options) -> None:  # every option served
                 pass
 
@@ -380,3 +414,102 @@ def test_the_host_check_refuses_a_socket_for_another_host_before_it_opens():
     assert asyncio.run(call(b"127.0.0.1:8000")) == [] and reached == ["websocket"]
     refused = asyncio.run(call(b"attacker.example:8000"))
     assert [m["type"] for m in refused] == ["websocket.close"] and reached == ["websocket"]
+
+
+# ------------------------------------------------------------------------------------ streamed turns
+
+class FakeStreams:
+    """A streaming engine's client, fabricated: each push decides one more word of its stream's text (the
+    whole text so far in every event, as the engine sends it); the close adds a full stop and ends it. With
+    ``full``, every stream fails as the engine fails one it has no slot for."""
+
+    capabilities = type("Capabilities", (), {"streaming": "cache_aware"})()
+
+    def __init__(self, full: bool = False) -> None:
+        self.full = full
+        self.streams: dict[str, object] = {}
+        self.words: dict[str, list[str]] = {}
+        self.sent: list[tuple[str, str]] = []  # (message kind, stream id)
+
+    async def check(self, options) -> None:
+        pass
+
+    def open_stream(self, options):
+        from oasr.engine.live_stream import LiveStream
+        from oasr.streaming.types import StreamCapacityError
+
+        stream = LiveStream(f"s{len(self.streams)}", self._send, lambda stream_id: None)
+        self.streams[stream.stream_id], self.words[stream.stream_id] = stream, []
+        if self.full:
+            stream.queue.put_nowait(StreamCapacityError("all 1 stream slots are taken"))
+        return stream
+
+    def _send(self, message, audio) -> None:
+        from oasr.streaming.types import StreamEvent
+
+        kind, stream_id = type(message).__name__, getattr(message, "stream_id", None) or message.stream_ids[0]
+        self.sent.append((kind, stream_id))
+        words = self.words[stream_id]
+        if kind == "PushAudio":
+            words.append(f" w{len(words)}")
+        elif kind == "CloseStream":
+            words.append(".")
+        else:
+            return
+        closed = kind == "CloseStream"
+        event = StreamEvent(stream_id, 0, (), (), "".join(words), 0.0, 0.1, final=closed, closed=closed)
+        self.streams[stream_id].queue.put_nowait(event)
+
+
+def append_event(num_bytes: int = 4800) -> dict:
+    return {"type": "input_audio_buffer.append", "audio": base64.b64encode(bytes(num_bytes)).decode()}
+
+
+def streamed_session(engine: FakeStreams, events: list[dict], done) -> list[dict]:
+    """The events sent until ``done(sent)``, then the client leaves; the session must leave no turn open."""
+    serving = FakeServing("ok")
+    serving.engine = engine
+
+    async def run():
+        hold = asyncio.Event()
+        socket = FakeSocket(events, hold)
+        session = connection(socket, serving)
+        task = asyncio.create_task(session.run())
+        await until(lambda: done(socket.sent), task)
+        hold.set()
+        await task
+        assert session.num_open_turns == 0 and session._streamed == []
+        return socket.sent
+
+    return asyncio.run(run())
+
+
+def test_a_streamed_turn_sends_deltas_for_its_item_before_the_commit_then_completed():
+    engine = FakeStreams()
+    events = [ga_update({"turn_detection": None}), append_event(), append_event(),
+              {"type": "input_audio_buffer.commit"}]
+    sent = streamed_session(engine, events, lambda sent: any(e["type"].endswith("completed") for e in sent))
+    kinds = [e["type"] for e in sent]
+    committed = sent[kinds.index("input_audio_buffer.committed")]
+    deltas = [e for e in sent if e["type"].endswith(".delta")]
+    assert kinds.index("conversation.item.input_audio_transcription.delta") < kinds.index(committed["type"])
+    assert {e["item_id"] for e in deltas} == {committed["item_id"]}
+    completed = sent[-1]
+    assert completed["type"].endswith("completed") and completed["item_id"] == committed["item_id"]
+    assert "".join(e["delta"] for e in deltas) == completed["transcript"] == "w0 w1 w2."
+    assert [k for k, _ in engine.sent] == ["PushAudio", "PushAudio", "PushAudio", "CloseStream"]  # + the tail
+
+
+def test_a_streamed_turn_without_a_free_stream_fails_after_its_commit_and_a_clear_aborts_a_stream():
+    engine = FakeStreams(full=True)
+    events = [ga_update({"turn_detection": None}), append_event(), {"type": "input_audio_buffer.commit"}]
+    sent = streamed_session(engine, events, lambda sent: any(e["type"].endswith("failed") for e in sent))
+    kinds = [e["type"] for e in sent]
+    assert kinds[-2:] == ["input_audio_buffer.committed", "conversation.item.input_audio_transcription.failed"]
+    assert sent[-1]["error"]["code"] == "too_many_streams" and "slots are taken" in sent[-1]["error"]["message"]
+
+    engine = FakeStreams()
+    events = [ga_update({"turn_detection": None}), append_event(), {"type": "input_audio_buffer.clear"}]
+    sent = streamed_session(engine, events, lambda sent: any(e["type"].endswith("cleared") for e in sent))
+    assert engine.sent[-1] == ("AbortStreams", "s0")
+    assert not any(e["type"].endswith(("completed", "failed")) for e in sent)

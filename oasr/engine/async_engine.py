@@ -3,7 +3,9 @@ thread``; the default runs the engine in a process of its own, ``oasr.engine.cor
 
 The loop thread owns the ``ASREngine`` (nothing else touches it): it takes new requests and aborts from a
 queue, runs ``step()`` while there is work, and hands every output to the caller's event loop. Word
-alignments (``align_words``) come through the same queue and run between two steps. Tensor work
+alignments (``align_words``) come through the same queue and run between two steps. A model whose capability
+record names a streaming runtime gets a ``StreamingEngine`` (whole files through its ``ASREngine``); stream
+messages (``open_stream``'s ``LiveStream``) come through the queue too, as the engine core's do. Tensor work
 releases the GIL, so request handling on the event loop keeps running while the GPU is busy.
 """
 
@@ -19,15 +21,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasr.engine.config import EngineConfig
+from oasr.engine.core_protocol import OpenStream
 from oasr.engine.engine import ASREngine
+from oasr.engine.live_stream import LiveStream, stream_error
 from oasr.engine.relay import EngineDeadError, EngineOverloadedError, relay, settle
+from oasr.engine.stream_router import StreamRouter
 from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput
 from oasr.transcription.words import align_windows, supports_word_timestamps
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
 from oasr.models.base import AlignmentRow
-from oasr.models.capabilities import ModelCapabilities
+from oasr.models.capabilities import ModelCapabilities, capabilities_of
+from oasr.streaming.engine import StreamingConfig, StreamingEngine
+from oasr.streaming.types import StreamOptions
 from oasr.types import DecodeOptions, Word
 
 
@@ -39,8 +46,13 @@ class _Stream:
 
 
 class AsyncEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *, max_waiting: int = 1024) -> None:
-        self.engine = ASREngine(loaded, config)
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *, max_waiting: int = 1024,
+                 streaming: StreamingConfig | None = None) -> None:
+        self.streaming = StreamingEngine(loaded, streaming, config) \
+            if capabilities_of(type(loaded.model)).streaming is not None else None
+        self.engine = self.streaming.offline if self.streaming is not None else ASREngine(loaded, config)
+        self._router = StreamRouter(self.streaming, loaded.name)
+        self._live: dict[str, LiveStream] = {}
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self.max_waiting = max_waiting
@@ -48,7 +60,7 @@ class AsyncEngine:
         self._streams: dict[str, _Stream] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
-        self._stats = self.engine.stats()
+        self._stats = self._read_stats()
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="oasr-engine", daemon=True)
@@ -108,6 +120,25 @@ class AsyncEngine:
             if not finished:
                 self._inbox.put(("abort", request_id))
 
+    def open_stream(self, options: StreamOptions) -> LiveStream:
+        """A live stream (the served model must stream); one that cannot open fails at its first event read."""
+        if self._error is not None:
+            raise EngineDeadError(f"engine stopped: {self._error}")
+        stream = LiveStream(f"stream-{next(self._ids)}", self._send_stream, self._forget_stream)
+        with self._lock:
+            self._live[stream.stream_id] = stream
+        self._inbox.put(("stream", OpenStream(stream.stream_id, options), None))
+        return stream
+
+    def _send_stream(self, message: object, audio: np.ndarray | None) -> None:
+        if self._error is not None:
+            raise EngineDeadError(f"engine stopped: {self._error}")
+        self._inbox.put(("stream", message, audio))
+
+    def _forget_stream(self, stream_id: str) -> None:
+        with self._lock:
+            self._live.pop(stream_id, None)
+
     async def align_words(self, rows: Sequence[AlignmentRow], audio: Sequence[np.ndarray]) -> list[list[Word]]:
         """The words of one input's decoded windows (``oasr.transcription.words``), computed on the loop thread."""
         if self._error is not None:
@@ -129,8 +160,36 @@ class AsyncEngine:
         if stream is not None and (stream.partial or not isinstance(item, RequestOutput) or item.finished):
             stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
 
+    def _deliver_stream(self, stream_id: str, item: object) -> None:
+        with self._lock:
+            stream = self._live.get(stream_id)
+        if stream is not None:
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
+
+    def _read_stats(self) -> EngineStats:
+        return self.streaming.stats() if self.streaming is not None else self.engine.stats()
+
+    def _has_ready_work(self) -> bool:
+        return self.streaming.has_ready_work() if self.streaming is not None else self.engine.has_unfinished()
+
+    def _step(self) -> None:
+        if self.streaming is None:
+            outputs, events = self.engine.step(), []
+        else:
+            result = self.streaming.step()
+            outputs, events = result.outputs, result.events
+        for output in outputs:
+            self._deliver(output.request_id, output)
+        for routed in self._router.route(events).values():
+            for event in routed:
+                self._deliver_stream(event.stream_id, event)
+
     def _handle(self, message: tuple) -> None:
-        if message[0] == "add":
+        if message[0] == "stream":
+            self._router.handle(message[1], message[2], 0)
+            for _, failure in self._router.take_failures():
+                self._deliver_stream(failure.stream_id, stream_error(failure))
+        elif message[0] == "add":
             _, request_id, audio, options = message
             try:
                 self.engine.add_request(audio, options, request_id=request_id)
@@ -149,7 +208,7 @@ class AsyncEngine:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                block = not self.engine.has_unfinished()
+                block = not self._has_ready_work()
                 try:
                     message = self._inbox.get(block=block, timeout=0.5 if block else None)
                     while True:
@@ -159,16 +218,19 @@ class AsyncEngine:
                         message = self._inbox.get_nowait()
                 except queue.Empty:
                     pass
-                if self.engine.has_unfinished():
-                    for output in self.engine.step():
-                        self._deliver(output.request_id, output)
-                self._stats = self.engine.stats()
+                if self._has_ready_work():
+                    self._step()
+                self._stats = self._read_stats()
         except BaseException as exc:  # the loop must not die silently: fail every waiting caller
             self._error = exc
             with self._lock:
                 ids = list(self._streams)
             for request_id in ids:
                 self._deliver(request_id, EngineDeadError(f"engine stopped: {exc}"))
+            with self._lock:
+                live = list(self._live)
+            for stream_id in live:
+                self._deliver_stream(stream_id, EngineDeadError(f"engine stopped: {exc}"))
             self._fail_queued_alignments(EngineDeadError(f"engine stopped: {exc}"))
 
     def _fail_queued_alignments(self, error: EngineDeadError) -> None:

@@ -42,19 +42,23 @@ from oasr.engine.core_protocol import (
     CoreFailed,
     CoreReady,
     CoreUpdate,
+    AbortStreams,
     EngineCoreSpec,
     EngineInfo,
+    OpenStream,
     StopCore,
     TokenDelta,
     dumps,
     loads,
 )
+from oasr.engine.live_stream import LiveStream, stream_error
 from oasr.engine.relay import EngineDeadError, EngineOverloadedError, relay, settle
 from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput, RequestTimings
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities
+from oasr.streaming.types import StreamOptions
 from oasr.types import DecodeOptions, Word
 
 log = logging.getLogger(__name__)
@@ -182,10 +186,11 @@ class EngineCoreClient:
         self.tokenizer = self.info.tokenizer
         self._stats = self.info.stats
         self._streams: dict[str, _Stream] = {}
+        self._live: dict[str, LiveStream] = {}  # open streams (a streaming model's), by stream id
         # Calls the core answers once (option checks, alignments), by call id.
         self._calls: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._check_cache: OrderedDict[DecodeOptions, str | None] = OrderedDict()
-        self._lock = threading.Lock()  # guards the three above and ``_error``
+        self._lock = threading.Lock()  # guards the four above and ``_error``
         self._send_lock = threading.Lock()  # a ZeroMQ socket is used by one thread at a time
         self._ids = itertools.count()
         self._error: str | None = None
@@ -289,6 +294,25 @@ class EngineCoreClient:
             if not finished and self._error is None:
                 self._send_if_reachable(AbortRequests((request_id,)))
 
+    def open_stream(self, options: StreamOptions) -> LiveStream:
+        """A live stream in the core (the served model must stream: ``capabilities.streaming``). Opening is not
+        awaited: a stream the core cannot open (no free slot, say) fails at its first ``events()`` read."""
+        with self._lock:
+            self._raise_if_dead()
+            stream_id = f"{self._id_prefix}stream-{next(self._ids)}"
+            stream = LiveStream(stream_id, self._send, self._forget_stream)
+            self._live[stream_id] = stream
+        try:
+            self._send(OpenStream(stream_id, options))
+        except EngineDeadError:
+            self._forget_stream(stream_id)
+            raise
+        return stream
+
+    def _forget_stream(self, stream_id: str) -> None:
+        with self._lock:
+            self._live.pop(stream_id, None)
+
     def shutdown(self) -> None:
         """Stops the core (asking first, then terminating) and the receiver; waiting requests fail. An attached
         client aborts its own requests instead and leaves the shared core running."""
@@ -298,8 +322,11 @@ class EngineCoreClient:
         if self._core_alive():
             if self._owns_core:
                 self._send_if_reachable(StopCore())
-            elif self._streams:
-                self._send_if_reachable(AbortRequests(tuple(self._streams)))
+            else:
+                if self._streams:
+                    self._send_if_reachable(AbortRequests(tuple(self._streams)))
+                if self._live:
+                    self._send_if_reachable(AbortStreams(tuple(self._live)))
         self._stop_process()
         self._receiver.join(timeout=STOP_WAIT_S)  # it wakes every RECEIVE_POLL_MS; a busy machine may be slow
         self._fail_all("the engine core was shut down")
@@ -434,6 +461,14 @@ class EngineCoreClient:
                 if alignment.call_id in self._calls:
                     loop, future = self._calls[alignment.call_id]
                     batches[loop].append((functools.partial(settle, future), _words_of(alignment)))
+            for event in update.stream_events:
+                live = self._live.get(event.stream_id)
+                if live is not None:
+                    batches[live.loop].append((live.queue.put_nowait, event))
+            for failure in update.stream_failures:
+                live = self._live.get(failure.stream_id)
+                if live is not None:
+                    batches[live.loop].append((live.queue.put_nowait, stream_error(failure)))
         for loop, calls in batches.items():
             _call_soon(loop, calls)
 
@@ -445,6 +480,8 @@ class EngineCoreClient:
                 batches[stream.loop].append((stream.queue.put_nowait, EngineDeadError(f"engine stopped: {reason}")))
             for loop, future in self._calls.values():
                 batches[loop].append((functools.partial(settle, future), EngineDeadError(f"engine stopped: {reason}")))
+            for live in self._live.values():
+                batches[live.loop].append((live.queue.put_nowait, EngineDeadError(f"engine stopped: {reason}")))
         for loop, calls in batches.items():
             _call_soon(loop, calls)
 

@@ -1,6 +1,8 @@
 """The engine core in a process of its own: it loads the model, then runs the ``ASREngine`` step loop, taking
 requests from the API process and handing back tokens, so that nothing the HTTP server does (parsing uploads,
-decoding audio, answering) competes with the step loop for one interpreter lock.
+decoding audio, answering) competes with the step loop for one interpreter lock. When the model's capability
+record names a streaming runtime the loop runs a ``StreamingEngine`` instead: live streams (opened, fed, closed
+and aborted by messages) beside whole-file requests, which go through its ``ASREngine`` in the same step.
 
 Each loop iteration drains every message waiting on the input sockets, runs one engine step, and sends one
 ``CoreUpdate`` with everything that came of both (new tokens, failures, option checks, word alignments,
@@ -9,7 +11,8 @@ changed stats). A word alignment (``AlignWords``) runs when its message is handl
 One core serves one or more clients (``oasr serve --api-workers N``: one per HTTP worker process), each over a
 channel of its own (an input and an output socket). The core remembers which client added each request and
 sends its tokens, failures, option checks and alignments to that client only; changed stats go to every
-client.
+client. The same holds for streams; a client whose channel drops (its process died) has its streams aborted, so
+their slots are free again.
 """
 
 from __future__ import annotations
@@ -28,16 +31,20 @@ from oasr.engine.core_protocol import (
     INVALID_REQUEST,
     UNSUPPORTED_OPTION,
     AbortRequests,
+    AbortStreams,
     AddRequest,
     AlignResult,
     AlignWords,
     CheckOptions,
     CheckResult,
+    CloseStream,
     CoreFailed,
     CoreReady,
     CoreUpdate,
     EngineCoreSpec,
     EngineInfo,
+    OpenStream,
+    PushAudio,
     RequestFailed,
     StopCore,
     TokenDelta,
@@ -48,9 +55,12 @@ from oasr.engine.request import RequestOutput
 from oasr.heap import HeapTrimmer, bound_heap
 from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError, UnsupportedOptionError
+from oasr.engine.stream_router import StreamRouter
+from oasr.streaming.types import StreamEvent
 
 if TYPE_CHECKING:
     from oasr.engine.engine import ASREngine
+    from oasr.streaming.engine import StreamingEngine
 
 log = logging.getLogger(__name__)
 IDLE_POLL_MS = 500  # an idle core wakes this often to see whether the API process is still there
@@ -60,8 +70,14 @@ _GPU_CORE_CPU_THREADS = 2  # torch CPU threads of a core whose model runs on a G
 class EngineCore:
     """The loop's logic, apart from sockets: messages in, one ``CoreUpdate`` (or nothing) out per iteration."""
 
-    def __init__(self, engine: ASREngine) -> None:
-        self.engine = engine
+    def __init__(self, engine: ASREngine | StreamingEngine) -> None:
+        """``engine``: an ``ASREngine``, or a ``StreamingEngine`` (streams, and whole files through its own
+        ``ASREngine``, ``self.engine`` then)."""
+        from oasr.streaming.engine import StreamingEngine
+
+        self.streaming = engine if isinstance(engine, StreamingEngine) else None
+        self.engine: ASREngine = engine.offline if isinstance(engine, StreamingEngine) else engine
+        self.streams = StreamRouter(self.streaming, self.engine.loaded.name)
         # Tokens already sent per live request; None for one that only wants its finished result.
         self._sent: dict[str, int | None] = {}
         self._owner: dict[str, int] = {}  # live request -> the client (channel index) that added it
@@ -74,7 +90,7 @@ class EngineCore:
         from oasr.transcription.words import supports_word_timestamps
 
         loaded = self.engine.loaded
-        self._last_stats = self.engine.stats()
+        self._last_stats = self._stats()
         return EngineInfo(loaded.name, str(loaded.device), self.engine.runner.window_samples, loaded.tokenizer,
                           self._last_stats, supports_word_timestamps(loaded), self.engine.capabilities)
 
@@ -96,6 +112,8 @@ class EngineCore:
                 self._checks.append((client, CheckResult(message.call_id, str(exc))))
         elif isinstance(message, AlignWords):
             self._alignments.append((client, self._align(message, audio)))
+        elif isinstance(message, (OpenStream, PushAudio, CloseStream, AbortStreams)):
+            self.streams.handle(message, audio, client)
         elif isinstance(message, StopCore):
             return False
         else:
@@ -115,6 +133,32 @@ class EngineCore:
             return
         self._sent[message.request_id] = 0 if message.partial else None
         self._owner[message.request_id] = client
+
+    # ------------------------------------------------------------------ streams
+
+    def drop_client(self, client: int) -> None:
+        """``client`` is gone (its channel dropped): its streams are aborted; nobody hears of them again."""
+        self.streams.drop(client)
+
+    @property
+    def has_ready_work(self) -> bool:
+        """Whether a step now would do anything (live streams waiting for audio do not count)."""
+        if self.streaming is not None:
+            return self.streaming.has_ready_work()
+        return self.engine.has_unfinished()
+
+    def _stats(self) -> EngineStats:
+        return self.streaming.stats() if self.streaming is not None else self.engine.stats()
+
+    def _step(self) -> tuple[list[RequestOutput], list[StreamEvent]]:
+        if not self.has_ready_work:
+            return [], []
+        if self.streaming is None:
+            return self.engine.step(), []
+        result = self.streaming.step()
+        return result.outputs, result.events
+
+    # ------------------------------------------------------------------ word alignment
 
     def _align(self, message: AlignWords, audio: np.ndarray | None) -> AlignResult:
         """Answers one ``AlignWords``. It fails alone: a request's words are not worth the core's life."""
@@ -139,25 +183,29 @@ class EngineCore:
     def step_all(self, num_clients: int) -> dict[int, CoreUpdate]:
         """Runs one engine step if there is work; returns what each client has to hear (clients with nothing
         to hear are left out). Changed stats go to every one of the ``num_clients`` clients."""
-        outputs = self.engine.step() if self.engine.has_unfinished() else []
+        outputs, stream_events = self._step()
         deltas: dict[int, list[TokenDelta]] = {}
         for output in outputs:
             client = self._owner.get(output.request_id, 0)
             delta = self._delta(output)
             if delta is not None:
                 deltas.setdefault(client, []).append(delta)
-        stats = self.engine.stats()
+        events = self.streams.route(stream_events)
+        stream_failures = self.streams.take_failures()
+        stats = self._stats()
         changed = stats if stats != self._last_stats else None
         self._last_stats = stats
-        clients = set(deltas) | {c for c, _ in self._failures} | {c for c, _ in self._checks}
-        clients |= {c for c, _ in self._alignments}
+        clients = set(deltas) | set(events) | {c for c, _ in self._failures} | {c for c, _ in self._checks}
+        clients |= {c for c, _ in self._alignments} | {c for c, _ in stream_failures}
         if changed is not None:
             clients |= set(range(num_clients))
         updates = {
             client: CoreUpdate(tuple(deltas.get(client, ())),
                                tuple(f for c, f in self._failures if c == client),
                                tuple(r for c, r in self._checks if c == client),
-                               tuple(a for c, a in self._alignments if c == client), changed)
+                               tuple(a for c, a in self._alignments if c == client), changed,
+                               tuple(events.get(client, ())),
+                               tuple(f for c, f in stream_failures if c == client))
             for client in sorted(clients)
         }
         self._failures.clear()
@@ -230,11 +278,14 @@ def run_engine_core(spec: EngineCoreSpec, channels: tuple[tuple[str, str], ...])
         context.term()
 
 
-def _build_engine(spec: EngineCoreSpec) -> ASREngine:
+def _build_engine(spec: EngineCoreSpec) -> ASREngine | StreamingEngine:
+    """The model's engine: a ``StreamingEngine`` when its capability record names a streaming runtime."""
     import torch
 
     from oasr.engine.engine import ASREngine
+    from oasr.models.capabilities import capabilities_of
     from oasr.models.loader import from_pretrained
+    from oasr.streaming.engine import StreamingConfig, StreamingEngine
 
     if spec.cpu_threads is not None:
         torch.set_num_threads(spec.cpu_threads)
@@ -244,6 +295,8 @@ def _build_engine(spec: EngineCoreSpec) -> ASREngine:
         # The GPU does the work; a pool of spinning CPU threads per step would only take cores from the HTTP
         # workers beside the core.
         torch.set_num_threads(min(_GPU_CORE_CPU_THREADS, torch.get_num_threads()))
+    if capabilities_of(type(loaded.model)).streaming is not None:
+        return StreamingEngine(loaded, spec.streaming or StreamingConfig(), spec.config)
     return ASREngine(loaded, spec.config)
 
 
@@ -251,24 +304,48 @@ def _serve(core: EngineCore, inboxes: list[zmq.Socket], outboxes: list[zmq.Socke
     poller = zmq.Poller()
     for inbox in inboxes:
         poller.register(inbox, zmq.POLLIN)
+    # A client whose process dies leaves its streams open for good; its input channel dropping says so.
+    monitors = [inbox.get_monitor_socket(zmq.EVENT_DISCONNECTED) for inbox in inboxes]
+    for monitor in monitors:
+        poller.register(monitor, zmq.POLLIN)
     trimmer = HeapTrimmer()  # requests' audio and results churn the heap; its free pages go back each second
+    try:
+        while True:
+            trimmer.maybe_trim()
+            ready = dict(poller.poll(0 if core.has_ready_work else IDLE_POLL_MS))
+            for client, inbox in enumerate(inboxes):
+                while inbox in ready:  # every message waiting now: a burst of requests joins the next step
+                    try:
+                        frames = inbox.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    audio = np.frombuffer(frames[1].buffer, dtype=np.float32).copy() if len(frames) > 1 else None
+                    if not core.handle(loads(frames[0].buffer), audio, client):
+                        return
+            for client, monitor in enumerate(monitors):
+                if monitor in ready and _drained(monitor):
+                    log.warning("client %d's channel dropped; its streams are aborted", client)
+                    core.drop_client(client)
+            for client, update in core.step_all(len(outboxes)).items():
+                outboxes[client].send(dumps(update), copy=False)
+            if os.getppid() != parent:
+                log.warning("the API process is gone; the engine core stops")
+                return
+    finally:
+        for inbox, monitor in zip(inboxes, monitors, strict=True):
+            inbox.disable_monitor()
+            monitor.close(linger=0)
+
+
+def _drained(monitor: zmq.Socket) -> bool:
+    """Reads every event waiting on a socket monitor; whether there was one."""
+    seen = False
     while True:
-        trimmer.maybe_trim()
-        ready = dict(poller.poll(0 if core.engine.has_unfinished() else IDLE_POLL_MS))
-        for client, inbox in enumerate(inboxes):
-            while inbox in ready:  # every message waiting now: a burst of requests joins the next step together
-                try:
-                    frames = inbox.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                audio = np.frombuffer(frames[1].buffer, dtype=np.float32).copy() if len(frames) > 1 else None
-                if not core.handle(loads(frames[0].buffer), audio, client):
-                    return
-        for client, update in core.step_all(len(outboxes)).items():
-            outboxes[client].send(dumps(update), copy=False)
-        if os.getppid() != parent:
-            log.warning("the API process is gone; the engine core stops")
-            return
+        try:
+            monitor.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return seen
+        seen = True
 
 
 def _describe(exc: BaseException) -> str:

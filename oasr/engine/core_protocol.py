@@ -1,9 +1,11 @@
 """What the API process and the engine-core process say to each other over their two ZeroMQ sockets.
 
 API -> core (PUSH/PULL): ``AddRequest`` (its audio travels as a second frame of raw float32 bytes),
-``AbortRequests``, ``CheckOptions``, ``AlignWords`` (audio as for ``AddRequest``), ``StopCore``. Core -> API
-(PUSH/PULL): first ``CoreReady`` or ``CoreFailed``, then one ``CoreUpdate`` per loop iteration that had
-anything to say, and ``CoreFailed`` if the loop dies. Messages are pickled: both ends are the same program,
+``AbortRequests``, ``CheckOptions``, ``AlignWords`` (audio as for ``AddRequest``), ``StopCore``; for a model
+that streams, ``OpenStream``, ``PushAudio`` (16 kHz float32 samples as the second frame), ``CloseStream`` and
+``AbortStreams``. Core -> API (PUSH/PULL): first ``CoreReady`` or ``CoreFailed``, then one ``CoreUpdate`` per
+loop iteration that had anything to say (requests' tokens, streams' ``StreamEvent``s and failures), and
+``CoreFailed`` if the loop dies. Messages are pickled: both ends are the same program,
 on sockets in a directory only this user can open.
 """
 
@@ -19,12 +21,14 @@ from oasr.engine.stats import EngineStats
 from oasr.engine.request import FinishReason, RequestTimings
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities
+from oasr.streaming.types import StreamEvent, StreamingConfig, StreamOptions
 from oasr.types import DecodeOptions, Word
 
 # Error kinds a request can fail with in the core; the client raises the matching error class.
 UNSUPPORTED_OPTION = "unsupported_option"
 INVALID_REQUEST = "invalid_request"
 INTERNAL_ERROR = "internal_error"  # the core failed at something it was asked (logged there)
+STREAM_CAPACITY = "stream_capacity"  # every stream slot is taken
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class EngineCoreSpec:
     # torch's CPU threads in the core (None: torch's default). One suits a CPU shared with other work: a
     # multi-threaded step whose threads wait at barriers for a descheduled sibling runs several times slower.
     cpu_threads: int | None = None
+    streaming: StreamingConfig | None = None  # a streaming model's stream slots (None: StreamingConfig())
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,35 @@ class AlignWords:
     call_id: int
     rows: tuple[AlignmentRow, ...]
     num_samples: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpenStream:
+    """A live stream (the served model must stream); its failure to open comes back as a ``StreamFailed``."""
+
+    stream_id: str
+    options: StreamOptions
+
+
+@dataclass(frozen=True)
+class PushAudio:
+    """More of a stream's audio: 16 kHz mono float32, the message's second frame."""
+
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    """No more audio: the stream's last chunk is decoded and its last event has ``closed``."""
+
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class AbortStreams:
+    """Ends these streams now, freeing their slots; they get no more events."""
+
+    stream_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -140,12 +174,23 @@ class AlignResult:
 
 
 @dataclass(frozen=True)
+class StreamFailed:
+    """A stream the core could not open (or keep): it is gone there, and gets no events."""
+
+    stream_id: str
+    kind: str  # STREAM_CAPACITY, UNSUPPORTED_OPTION or INVALID_REQUEST
+    message: str
+
+
+@dataclass(frozen=True)
 class CoreUpdate:
     deltas: tuple[TokenDelta, ...] = ()
     failures: tuple[RequestFailed, ...] = ()
     checks: tuple[CheckResult, ...] = ()
     alignments: tuple[AlignResult, ...] = ()
     stats: EngineStats | None = None  # sent when it changed since the last update
+    stream_events: tuple[StreamEvent, ...] = ()  # in the order the engine stepped them
+    stream_failures: tuple[StreamFailed, ...] = ()
 
 
 def dumps(message: object) -> bytes:

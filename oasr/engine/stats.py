@@ -16,6 +16,8 @@ class EngineStats:
     num_slots: int
     encode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's encode walk, since start
     decode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's decode walk, since start
+    num_streams: int = 0  # live streams open (a streaming model's engine core)
+    stream_slots: int = 0  # streams it can hold at once; 0: the served model does not stream
     # Several engine replicas behind one server (``oasr serve --ray-replicas``): each one's own numbers, while
     # the fields above are their sum. Empty for a single engine.
     replicas: tuple[ReplicaStats, ...] = ()

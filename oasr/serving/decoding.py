@@ -162,3 +162,20 @@ class OrderedText:
         kept = text.rstrip()
         self._held = text[len(kept) :]
         return kept
+
+
+class StreamedText:
+    """A live stream's transcript as its events decide it (each event carries the whole text so far), handed
+    out in pieces that join to the final ``text.strip()``: leading whitespace dropped, trailing whitespace and
+    a tail inside a UTF-8 character held back until more follows."""
+
+    def __init__(self) -> None:
+        self.sent = ""
+
+    def add(self, text: str, final: bool) -> str:
+        """The piece of ``text`` (the transcript so far; ``final``: all of it) not handed out yet."""
+        text = text.strip() if final else text.lstrip().rstrip().removesuffix(_REPLACEMENT).rstrip()
+        if not text.startswith(self.sent):  # a tokenizer whose text changed behind what was sent: wait for more
+            return ""
+        piece, self.sent = text[len(self.sent) :], text
+        return piece

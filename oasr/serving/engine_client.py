@@ -9,10 +9,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from oasr.engine.live_stream import LiveStream
 from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities
+from oasr.streaming.types import StreamOptions
 from oasr.types import DecodeOptions, Word
 
 
@@ -48,6 +50,11 @@ class EngineClient(Protocol):
         """One window's outputs: each new token with ``partial``, else only the last (``finished=True``).
         Closing the iterator early aborts the request and frees its rows. Raises ``EngineOverloadedError``
         when the queue is full, ``EngineDeadError`` when the engine has stopped."""
+
+    def open_stream(self, options: StreamOptions) -> LiveStream:
+        """A live stream, for a model whose ``capabilities.streaming`` names a runtime. Not awaited: a stream
+        that cannot open (``StreamCapacityError``: every slot taken; an option refused) fails at its first
+        event read. Raises ``EngineDeadError`` when the engine has stopped."""
 
     def stats(self) -> EngineStats:
         """A recent snapshot of the engine's queue, memory and batch sizes."""

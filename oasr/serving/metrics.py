@@ -63,6 +63,10 @@ class ServerMetrics:
         self.realtime_completion_seconds = Histogram("oasr_realtime_completion_seconds",
                                                      "A realtime turn's commit to its completed transcript",
                                                      buckets=LATENCY_BUCKETS, registry=self.registry)
+        # A streaming model's deltas: from the append whose audio decided the text to the delta sent.
+        self.realtime_delta_seconds = Histogram("oasr_realtime_delta_seconds",
+                                                "A streamed realtime delta's audio arriving to the delta sent",
+                                                buckets=LATENCY_BUCKETS, registry=self.registry)
         # One of several workers: its in-flight count is a gauge the workers' files sum; alone, it is read live.
         self._in_flight = Gauge(*_IN_FLIGHT, multiprocess_mode="livesum", registry=self.registry) \
             if self._multiprocess else None
@@ -100,6 +104,10 @@ class _EngineCollector(Collector):
             ("oasr_engine_kv_blocks_used", "Self-attention KV blocks in use", stats.kv_blocks_used),
             ("oasr_engine_kv_blocks_total", "Self-attention KV blocks in the pool", stats.kv_blocks_total),
             ("oasr_engine_slots", "Decode rows (cross-attention slots) the memory plan allows", stats.num_slots),
+            ("oasr_engine_streams_active", "Live streams open (a streaming model's realtime turns)",
+             stats.num_streams),
+            ("oasr_engine_stream_slots", "Live streams the engine can hold at once (0: the model does not "
+             "stream)", stats.stream_slots),
         )
         for name, documentation, value in values:
             yield GaugeMetricFamily(name, documentation, value=value)

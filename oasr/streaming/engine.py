@@ -7,68 +7,35 @@ forward, and returns a ``StreamEvent`` per stream that moved: the tokens decided
 the end of an utterance (an endpoint, or the stream's end). Whole files (``add_request``) go through an
 ``ASREngine`` on the same model, stepped in the same ``step``.
 
-A model that cannot stream is refused when the engine is built.
+A model that cannot stream is refused when the engine is built. The options, events and errors live in the
+torch-free ``oasr.streaming.types`` (the server's API processes read them) and are importable from here too.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.request import RequestOutput
+from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
 from oasr.streaming import STREAMING_RUNTIMES
-from oasr.streaming.endpointing import EndpointConfig, Endpointer
+from oasr.streaming.endpointing import Endpointer
 from oasr.streaming.scheduler import StreamRecord, StreamScheduler
+from oasr.streaming.types import (
+    StreamCapacityError,
+    StreamEvent,
+    StreamingConfig,
+    StreamingUnsupportedError,
+    StreamOptions,
+)
 from oasr.types import DecodeOptions
-
-
-class StreamingUnsupportedError(OASRError):
-    """The model's encoder cannot stream (it declares no streaming runtime)."""
-
-
-class StreamCapacityError(OASRError):
-    """Every stream slot is taken."""
-
-
-@dataclass(frozen=True)
-class StreamingConfig:
-    max_streams: int = 64  # stream slots: each holds one stream's encoder caches and predictor context
-    max_batch: int = 1024  # streams encoded in one step, at most
-    # Lookaheads whose every batch bucket runs once when the engine is built (on CUDA), so that live steps never
-    # pay for first use; None: the checkpoint's default lookahead.
-    warm_lookaheads: tuple[int, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_streams < 1 or self.max_batch < 1:
-            raise ValueError("max_streams and max_batch must be at least 1")
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    lookahead: int | None = None  # encoder frames of right context; None: the checkpoint's default
-    language: str | None = None  # for models that take a language prompt; None: theirs (often "auto")
-    endpointing: EndpointConfig | None = None  # None: one utterance per stream
-
-
-@dataclass(frozen=True)
-class StreamEvent:
-    stream_id: str
-    utterance: int  # the utterance's index within its stream
-    new_token_ids: tuple[int, ...]  # decided in this step
-    token_ids: tuple[int, ...]  # the utterance's tokens so far
-    text: str  # the utterance's text so far
-    start_s: float  # where the utterance begins in the stream's audio
-    end_s: float  # audio decided so far (the end of the last encoded chunk)
-    final: bool = False  # the utterance is over: no more tokens will join it
-    closed: bool = False  # the stream is over: this is its last event
-    endpoint: str | None = None  # the endpointing rule that ended the utterance
 
 
 @dataclass(frozen=True)
@@ -142,6 +109,10 @@ class StreamingEngine:
     def num_streams(self) -> int:
         return len(self.scheduler.streams)
 
+    def stats(self) -> EngineStats:
+        """The offline engine's numbers, with the streams open and the slots they may take."""
+        return replace(self.offline.stats(), num_streams=self.num_streams, stream_slots=self.config.max_streams)
+
     # -- offline requests ---------------------------------------------------------------------------------
     @property
     def offline(self) -> ASREngine:
@@ -157,6 +128,11 @@ class StreamingEngine:
     # -- the loop -----------------------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
         return bool(self.scheduler.streams) or (self._offline is not None and self._offline.has_unfinished())
+
+    def has_ready_work(self) -> bool:
+        """Whether ``step`` would do anything now; False while every open stream waits for audio (a loop that
+        serves live streams waits for messages then, instead of stepping)."""
+        return self.scheduler.has_ready() or (self._offline is not None and self._offline.has_unfinished())
 
     def step(self) -> StepResult:
         outputs = self._offline.step() if self._offline is not None and self._offline.has_unfinished() else []

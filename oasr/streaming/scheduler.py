@@ -114,5 +114,9 @@ class StreamScheduler:
         rows = [r.next_row() for r in ready if r.geometry.lookahead == lookahead][: self.max_batch]
         return ChunkBatch(lookahead, tuple(rows))
 
+    def has_ready(self) -> bool:
+        """Whether a step now would do anything: encode a chunk, or finish a closed stream."""
+        return any(r.chunk_ready or r.exhausted for r in self.streams.values())
+
     def exhausted(self) -> list[str]:
         return [r.stream_id for r in self.streams.values() if r.exhausted]

@@ -1,10 +1,15 @@
 """One realtime transcription session over an accepted WebSocket: client events in, server events out.
 
 The receive loop decodes audio into the session's ``TurnBuffer`` (scoring it with the VAD when server VAD is on)
-and acts on commits, clears and updates; committed turns queue for a worker task that transcribes them one at a
-time, in order, through the server's engine client (``OpenAIServingTranscription.transcribe_turn``, the path
-uploads take, with its admission). A socket that closes cancels that task, which aborts the running turn's
-engine requests. Bad client input is answered with an ``error`` event and the session goes on.
+and acts on commits, clears and updates. For an offline model, committed turns queue for a worker task that
+transcribes them one at a time, in order, through the server's engine client
+(``OpenAIServingTranscription.transcribe_turn``, the path uploads take, with its admission). For a model that
+streams (its capability record names a streaming runtime) each turn is a live stream in the engine: opened when
+the turn's first audio arrives (commit mode) or when the VAD hears speech start, fed as audio arrives, closed at
+the commit; its text goes out as deltas while the turn is spoken, and ``completed`` follows the stream's last
+event. The turn boundaries are the buffer's either way. A socket that closes cancels the turns' tasks, which
+aborts their engine requests and streams. Bad client input is answered with an ``error`` event and the session
+goes on.
 """
 
 from __future__ import annotations
@@ -17,12 +22,18 @@ import logging
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from bisect import bisect_left
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import numpy as np
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from oasr.errors import UnsupportedOptionError
+from oasr.engine.live_stream import LiveStream
+from oasr.engine.relay import EngineDeadError
+from oasr.errors import OASRError, UnsupportedOptionError
+from oasr.serving.decoding import StreamedText
 from oasr.serving.protocol import APIError
 from oasr.serving.realtime.audio import InputAudio
 from oasr.serving.realtime.protocol import (
@@ -54,6 +65,7 @@ from oasr.serving.realtime.session import (
 )
 from oasr.serving.realtime.vad import DetectorHandle, StreamScorer, UnavailableVADError
 from oasr.serving.serving import OpenAIServingTranscription
+from oasr.streaming.types import StreamCapacityError, StreamOptions
 from oasr.types import DecodeOptions
 
 log = logging.getLogger(__name__)
@@ -80,6 +92,36 @@ class QueuedTurn:
     committed_at: float  # perf_counter
 
 
+@dataclass
+class LiveTurn:
+    """A turn of a streaming model, heard as it is spoken: its stream, what the stream has been sent and when it
+    arrived (the delta latency's start), and the commit once it comes."""
+
+    item_id: str
+    stream: LiveStream
+    committed: asyncio.Future  # -> (Committed, commit time), set at the commit
+    num_pushed: int = 0  # samples sent to the stream
+    pushed_ends: list[int] = field(default_factory=list)  # the stream's length after each push ...
+    arrivals: list[float] = field(default_factory=list)  # ... and when that push's audio arrived (perf_counter)
+    task: asyncio.Task | None = None
+
+    def push(self, samples: np.ndarray, arrived: float) -> None:
+        if not len(samples):
+            return
+        try:
+            self.stream.push(samples)
+        except EngineDeadError:  # the stream's reader hears it too, and fails the turn
+            return
+        self.num_pushed += len(samples)
+        self.pushed_ends.append(self.num_pushed)
+        self.arrivals.append(arrived)
+
+    def arrival_of(self, end_s: float) -> float:
+        """When the audio up to ``end_s`` of the stream had arrived (the last push, for a padded end)."""
+        index = bisect_left(self.pushed_ends, round(end_s * SAMPLE_RATE))
+        return self.arrivals[min(index, len(self.arrivals) - 1)] if self.arrivals else time.perf_counter()
+
+
 class _Closed(Exception):
     """The socket is gone (or closed by us); the session ends."""
 
@@ -98,7 +140,11 @@ class RealtimeConnection:
         self.audio = InputAudio(self.config.audio_format)
         self.scorer: StreamScorer | None = None
         self.turns: asyncio.Queue[QueuedTurn] = asyncio.Queue()
-        self.num_open_turns = 0  # queued or transcribing
+        self.num_open_turns = 0  # queued or transcribing (or streaming)
+        capabilities = self.serving.engine.capabilities
+        self.streaming = capabilities is not None and capabilities.streaming is not None
+        self.live: LiveTurn | None = None  # the streamed turn being spoken
+        self._streamed: list[LiveTurn] = []  # streamed turns not yet answered, in turn order
         self._send_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ the session's life
@@ -118,7 +164,10 @@ class RealtimeConnection:
             pass
         finally:
             worker.cancel()
-            await asyncio.gather(worker, return_exceptions=True)
+            for live in self._streamed:  # a task cancelled before it ran would not abort its stream itself
+                live.stream.abort()
+                live.task.cancel()
+            await asyncio.gather(worker, *(live.task for live in self._streamed), return_exceptions=True)
 
     async def _receive(self) -> str | None:
         """The next text frame; None once the client has gone or stayed silent past the idle timeout."""
@@ -182,6 +231,7 @@ class RealtimeConnection:
             await self._commit()
         elif kind == "input_audio_buffer.clear":
             self.audio.flush()
+            self._drop_live()
             self.buffer.clear()
             await self._restart_scorer()
             await self.send(ClearedEvent())
@@ -193,6 +243,7 @@ class RealtimeConnection:
                                 code="unknown_event_type", param="type")
 
     async def _append(self, event: dict[str, Any]) -> None:
+        arrived = time.perf_counter()
         encoded = event.get("audio")
         if not isinstance(encoded, str):
             raise ProtocolError("input_audio_buffer.append needs 'audio', a base64 string.", code="invalid_value",
@@ -217,10 +268,14 @@ class RealtimeConnection:
             for found in self.buffer.detect(probs):
                 if isinstance(found, SpeechStarted):
                     await self.send(SpeechStartedEvent(item_id=found.item_id, audio_start_ms=found.audio_start_ms))
+                    if self.streaming:
+                        self._open_live(found.item_id)
                 elif isinstance(found, SpeechStopped):
                     await self.send(SpeechStoppedEvent(item_id=found.item_id, audio_end_ms=found.audio_end_ms))
                 else:
-                    await self._committed(found)
+                    await self._committed(found, arrived)
+        if self.streaming:
+            self._feed(arrived)
 
     async def _commit(self) -> None:
         self.buffer.append(self.audio.flush(), bounded=False)  # the resampler's tail belongs to this turn
@@ -232,8 +287,11 @@ class RealtimeConnection:
         await self._restart_scorer()
         await self._committed(committed)
 
-    async def _committed(self, committed: Committed) -> None:
+    async def _committed(self, committed: Committed, arrived: float | None = None) -> None:
         await self.send(CommittedEvent(item_id=committed.item_id, previous_item_id=committed.previous_item_id))
+        if self.streaming:
+            self._end_live(committed, time.perf_counter() if arrived is None else arrived)
+            return
         self.num_open_turns += 1
         self.turns.put_nowait(QueuedTurn(committed, self._options(self.config), time.perf_counter()))
 
@@ -280,6 +338,100 @@ class RealtimeConnection:
 
     def _options(self, config: SessionConfig) -> DecodeOptions:
         return DecodeOptions(language=config.language or None, prompt=config.prompt or None)
+
+    # ------------------------------------------------------------------ streamed turns
+
+    def _open_live(self, item_id: str) -> None:
+        """Opens the stream of turn ``item_id``; its task sends the deltas, then ``completed``."""
+        self._drop_live()
+        try:
+            stream = self.serving.engine.open_stream(StreamOptions(language=self.config.language or None))
+        except EngineDeadError:
+            raise ProtocolError("The engine has stopped; this server cannot transcribe.",
+                                code="engine_unavailable", type="server_error") from None
+        live = LiveTurn(item_id, stream, asyncio.get_running_loop().create_future())
+        previous = self._streamed[-1].task if self._streamed else None
+        live.task = asyncio.create_task(self._stream_turn(live, previous))
+        self.num_open_turns += 1
+        live.task.add_done_callback(lambda _: self._answered(live))  # also when cancelled before it ran
+        self._streamed.append(live)
+        self.live = live
+
+    def _answered(self, live: LiveTurn) -> None:
+        self.num_open_turns -= 1
+        self._streamed.remove(live)
+
+    def _feed(self, arrived: float) -> None:
+        """Sends the live turn the audio buffered since its last push; in commit mode, the first audio of a
+        turn opens its stream (and gives the turn its item id)."""
+        if self.live is not None and self.live.item_id != self.buffer.open_item_id:
+            self._drop_live()  # the buffer's turn changed under it (a new turn detection)
+        if self.live is None and self.config.turn_detection is None and self.buffer.num_buffered_samples:
+            self._open_live(self.buffer.turn_item_id())
+        if self.live is not None:  # with speech open, only what the turn surely holds
+            start = self.buffer.turn_start_sample + self.live.num_pushed
+            self.live.push(self.buffer.samples_from(start, self.buffer.settled_end), arrived)
+
+    def _end_live(self, committed: Committed, arrived: float) -> None:
+        """The turn is committed: its stream gets the rest of its audio and is closed."""
+        if self.live is None or self.live.item_id != committed.item_id:
+            self._open_live(committed.item_id)  # a turn that was not heard live (a commit of VAD silence)
+        live, self.live = self.live, None
+        live.push(committed.audio[live.num_pushed :], arrived)
+        try:
+            live.stream.close()
+        except EngineDeadError:
+            pass
+        live.committed.set_result((committed, time.perf_counter()))
+
+    def _drop_live(self) -> None:
+        """Abandons the turn being spoken (cleared, or no longer the buffer's): its stream is aborted."""
+        live, self.live = self.live, None
+        if live is not None:
+            live.stream.abort()
+            live.task.cancel()
+
+    async def _stream_turn(self, live: LiveTurn, previous: asyncio.Task | None) -> None:
+        text = StreamedText()
+        transcript = ""
+        failure: OASRError | None = None
+        try:
+            try:
+                async for event in live.stream.events():
+                    transcript = event.text.strip()
+                    piece = text.add(event.text, event.closed)
+                    if piece:
+                        await self.send(TranscriptDeltaEvent(item_id=live.item_id, delta=piece))
+                        self.serving.metrics.realtime_delta_seconds.observe(
+                            time.perf_counter() - live.arrival_of(event.end_s))
+            except OASRError as exc:  # no free stream slot, an option refused, the engine gone
+                failure = exc
+            committed, committed_at = await live.committed
+            if previous is not None:  # completions go out in turn order
+                await asyncio.gather(previous, return_exceptions=True)
+            if failure is not None:
+                await self.send(TranscriptFailedEvent(item_id=live.item_id, error=self._stream_error(failure)))
+                return
+            await self.send(TranscriptCompletedEvent(item_id=live.item_id, transcript=transcript,
+                                                     usage=DurationUsage(seconds=round(committed.duration_s, 3))))
+            self.serving.metrics.realtime_completion_seconds.observe(time.perf_counter() - committed_at)
+        except _Closed:
+            pass
+        finally:
+            live.stream.abort()  # a no-op for a stream that closed
+
+    @staticmethod
+    def _stream_error(exc: OASRError) -> ErrorDetail:
+        if isinstance(exc, StreamCapacityError):
+            return ErrorDetail(type="server_error", code="too_many_streams",
+                               message=f"The engine has no free stream for this turn ({exc}); retry shortly.")
+        if isinstance(exc, UnsupportedOptionError):
+            return ErrorDetail(type="invalid_request_error", code="unsupported_option", message=str(exc))
+        if isinstance(exc, EngineDeadError):
+            return ErrorDetail(type="server_error", code="engine_unavailable",
+                               message="The engine has stopped; this server cannot transcribe.")
+        log.warning("a streamed turn failed: %s", exc)
+        return ErrorDetail(type="server_error", code="stream_failed", message=str(exc))
 
     async def _transcribe_turns(self) -> None:
         while True:

@@ -14,6 +14,10 @@ segmenter closes that segment (it ends before the scanned audio does) the turn e
 after the speech did (``SpeechStopped``, ``audio_end_ms``: the end of the audio sent to the model, as OpenAI
 counts it) and is committed. While no speech is open, audio older than the prefix padding is dropped, so an idle
 session holds a fraction of a second.
+
+A streaming model hears a turn while it is spoken, so its item id and its first sample are known before the
+commit: ``turn_item_id`` and ``turn_start_sample`` (the open speech's, or in commit mode the buffer's), and
+``samples_from`` the audio since. A commit then cuts the turn from that same first sample.
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ class TurnBuffer:
         self._buffer_start = 0  # session sample of the buffer's first sample
         self._end = 0  # session samples received
         self._last_item_id: str | None = None
+        self._pending_item: str | None = None  # handed out by turn_item_id() before a commit uses it
         self.turn_detection: TurnDetection | None = None
         self._reset_vad()
 
@@ -120,6 +125,41 @@ class TurnBuffer:
         """The item of the speech the VAD has open, if any."""
         return self._speech_item
 
+    @property
+    def turn_start_sample(self) -> int:
+        """The session sample where the turn being buffered begins: the open speech's (its prefix padding
+        included), else the buffer's first."""
+        return self._turn_start if self._speech_item is not None else self._buffer_start
+
+    @property
+    def open_item_id(self) -> str | None:
+        """The item id the buffered turn has been given so far (the open speech's, or ``turn_item_id``'s)."""
+        return self._speech_item or self._pending_item
+
+    def turn_item_id(self) -> str:
+        """The item id the buffered audio will be committed as, given now (for deltas before the commit)."""
+        if self._speech_item is not None:
+            return self._speech_item
+        if self._pending_item is None:
+            self._pending_item = self._new_item_id()
+        return self._pending_item
+
+    @property
+    def settled_end(self) -> int:
+        """The session sample up to which the buffered audio surely belongs to the turn being buffered: all of
+        it, except with speech open, where the turn may still end anywhere after the start of the detector's
+        last scanned chunk (it ends ``silence_duration_ms`` after its speech, found only once that much
+        silence has been scanned)."""
+        if self._speech_item is None:
+            return self._end
+        last_chunk = self._vad_origin + (self._scan_chunk + len(self._probs) - 1) * self.chunk_samples
+        return max(min(last_chunk, self._end), self._turn_start)
+
+    def samples_from(self, start: int, end: int | None = None) -> np.ndarray:
+        """The buffered samples from session sample ``start`` to ``end`` (the buffer's end)."""
+        start = max(start, self._buffer_start)
+        return self._samples(start, max(start, self._end if end is None else min(end, self._end)))
+
     def append(self, samples: np.ndarray, *, bounded: bool = True) -> None:
         """``bounded=False``: samples the client already sent (a resampler's tail), taken past the limit."""
         if bounded and self.num_buffered_samples + len(samples) > self.max_buffer_samples:
@@ -130,16 +170,17 @@ class TurnBuffer:
             self._end += len(samples)
 
     def commit(self) -> Committed:
-        """The whole buffer as one turn (the VAD's open item id, if speech was open)."""
+        """The buffer as one turn: all of it, or with speech open, from that speech's turn start (the VAD's
+        item id then)."""
         if self.num_buffered_samples == 0:
             raise EmptyBufferError("the input audio buffer is empty")
-        item_id = self._speech_item or self._new_item_id()
-        committed = self._cut(item_id, self._buffer_start, self._end)
+        committed = self._cut(self.turn_item_id(), self.turn_start_sample, self._end)
         self._reset_vad()
         return committed
 
     def clear(self) -> None:
         self._drop_before(self._end)
+        self._pending_item = None
         self._reset_vad()
 
     def set_turn_detection(self, turn_detection: TurnDetection | None) -> None:
@@ -219,6 +260,7 @@ class TurnBuffer:
         self._drop_before(end)
         committed = Committed(item_id, self._last_item_id, audio, start // SAMPLES_PER_MS, end // SAMPLES_PER_MS)
         self._last_item_id = item_id
+        self._pending_item = None
         return committed
 
     def _samples(self, start: int, end: int) -> np.ndarray:

@@ -1,0 +1,51 @@
+"""What a stream is opened with and what it hands back, apart from the engine: torch-free, so the server's API
+processes (which import no torch) can open streams in an engine core and read their events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oasr.errors import OASRError
+from oasr.streaming.endpointing import EndpointConfig
+
+
+class StreamingUnsupportedError(OASRError):
+    """The model's encoder cannot stream (it declares no streaming runtime)."""
+
+
+class StreamCapacityError(OASRError):
+    """Every stream slot is taken."""
+
+
+@dataclass(frozen=True)
+class StreamingConfig:
+    max_streams: int = 64  # stream slots: each holds one stream's encoder caches and predictor context
+    max_batch: int = 1024  # streams encoded in one step, at most
+    # Lookaheads whose every batch bucket runs once when the engine is built (on CUDA), so that live steps never
+    # pay for first use; None: the checkpoint's default lookahead.
+    warm_lookaheads: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_streams < 1 or self.max_batch < 1:
+            raise ValueError("max_streams and max_batch must be at least 1")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    lookahead: int | None = None  # encoder frames of right context; None: the checkpoint's default
+    language: str | None = None  # for models that take a language prompt; None: theirs (often "auto")
+    endpointing: EndpointConfig | None = None  # None: one utterance per stream
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    stream_id: str
+    utterance: int  # the utterance's index within its stream
+    new_token_ids: tuple[int, ...]  # decided in this step
+    token_ids: tuple[int, ...]  # the utterance's tokens so far
+    text: str  # the utterance's text so far
+    start_s: float  # where the utterance begins in the stream's audio
+    end_s: float  # audio decided so far (the end of the last encoded chunk)
+    final: bool = False  # the utterance is over: no more tokens will join it
+    closed: bool = False  # the stream is over: this is its last event
+    endpoint: str | None = None  # the endpointing rule that ended the utterance
