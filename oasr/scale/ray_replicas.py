@@ -24,7 +24,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -185,7 +185,9 @@ class RayReplicaSet:
 
     @property
     def capabilities(self) -> ModelCapabilities:
-        return self.info.capabilities
+        """The model's record, less live streams: replicas serve whole requests only, so realtime sessions of a
+        streaming model are transcribed turn by turn, as an offline model's are."""
+        return replace(self.info.capabilities, streaming=None)
 
     def stats(self) -> EngineStats:
         """The replicas' numbers summed (the load of those up, the step counts of all), and each one's own."""
