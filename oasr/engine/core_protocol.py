@@ -39,6 +39,7 @@ class EngineCoreSpec:
     # torch's CPU threads in the core (None: torch's default). One suits a CPU shared with other work: a
     # multi-threaded step whose threads wait at barriers for a descheduled sibling runs several times slower.
     cpu_threads: int | None = None
+    quantization: str | None = None  # a method to quantize a full-precision checkpoint with at load
 
 
 @dataclass(frozen=True)
