@@ -184,6 +184,23 @@ def test_fp8_round_trip_keeps_e4m3_bytes(tmp_path: Path) -> None:
     assert torch.equal(stored[key].view(torch.uint8), state[key].view(torch.uint8))
 
 
+def test_calibration_manifest_sets_the_smoothing(int8_dir: Path, tmp_path: Path) -> None:
+    manifest = tmp_path / "calibration.jsonl"
+    manifest.write_text(json.dumps({"audio": str(SAMPLE)}) + "\n")
+    destination = tmp_path / "calibrated"
+    assert main(["quantize", "tiny.en", str(destination), "--method", "int8", "--calibration", str(manifest),
+                 "--alpha", "0.8"]) == 0
+    spec = QuantizationSpec.from_dict(json.loads((destination / "oasr.json").read_text())["quantization"])
+    assert spec.smoothing.calibration == "calibration.jsonl (1 inputs)" and spec.smoothing.alpha == 0.8
+    key = "model.encoder.layers.0.fc1.weight_scale"
+    # The same audio with another alpha moves a different share of the range into the weights.
+    assert not torch.equal(load_file(str(destination / "model.safetensors"))[key],
+                           load_file(str(int8_dir / "model.safetensors"))[key])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert main(["quantize", "tiny.en", str(tmp_path / "none"), "--method", "int8", "--calibration", str(empty)]) == 2
+
+
 def _edited_copy(source: Path, destination: Path, edit) -> Path:
     destination.mkdir()
     for name in ("model.safetensors", "tokenizer.json"):
