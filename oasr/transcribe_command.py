@@ -146,7 +146,8 @@ def _local_results(args: argparse.Namespace, paths: list[Path]):
     from oasr.models.capabilities import capabilities_of
     from oasr.models.loader import from_pretrained
 
-    loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype)
+    loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
+                             quantization=args.quantization)
     options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
     # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
     progress = _progress_bar(args, "audio s")
@@ -172,7 +173,8 @@ def _ray_results(args: argparse.Namespace, paths: list[Path], options: Transcrib
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model  # actors' cwd may differ
     spec = WorkerSpec(model=model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
                       options=_transcribe_options(args, timed_model=False),
-                      timed_options=_transcribe_options(args, timed_model=True), batch_size=options.batch_size)
+                      timed_options=_transcribe_options(args, timed_model=True), batch_size=options.batch_size,
+                      quantization=args.quantization)
     progress = _progress_bar(args, "files", total=len(paths))
 
     def counted():

@@ -16,6 +16,7 @@ from oasr.models import ARCHITECTURES, CONVERTERS
 from oasr.engine.runners import RUNNERS
 from oasr.models.capabilities import capabilities_of
 from oasr.models.frame_sync import FrameSyncModel
+from oasr.quantization import QUANT_METHODS
 from oasr.registry import Registry, UnknownEntryError
 from oasr.tokenizers import TOKENIZERS
 
@@ -76,7 +77,7 @@ def test_kernels_backend_reports_its_gaps_instead_of_falling_back_silently(caplo
 
 
 @pytest.mark.parametrize("registry", [ARCHITECTURES, CONVERTERS, FEATURE_EXTRACTORS, TOKENIZERS, DECODE_STRATEGIES,
-                                      RUNNERS])
+                                      RUNNERS, QUANT_METHODS])
 def test_every_lazy_entry_resolves(registry: Registry) -> None:
     assert registry.names()
     for name in registry.names():

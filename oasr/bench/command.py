@@ -37,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fixed-output-tokens", type=int, default=None, help="force exactly N generated tokens")
     p.add_argument("--num-utterances", type=int, default=256, help="synthetic clips when no manifest is given")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--quantization", default=None, choices=("fp8", "int8"),
+                   help="quantize the model's GEMMs at load (W8A8; see docs/quantization.md)")
 
 
 def _synthetic(count: int, seconds: float = 4.0) -> list[BenchItem]:
@@ -58,6 +60,15 @@ def _wer(items: list[BenchItem], tokens: dict[str, list[int]], tokenizer) -> flo
     return word_error_rate([it.text for it in labelled], hypotheses, language=language or "multi").wer
 
 
+def _quantize_random(loaded, method_name: str) -> None:
+    """Random weights have no activations worth calibrating on: their GEMMs are quantized where they lie, without
+    smoothing (which changes the numbers, not the work)."""
+    from oasr.quantization.apply import check_serves, method_named, quantizable, quantize_weights
+
+    check_serves(method_name, loaded.device, loaded.dtype)
+    quantize_weights(loaded.model, method_named(method_name), tuple(quantizable(loaded.model)))
+
+
 def run(args: argparse.Namespace) -> int:
     from oasr.bench.run import (
         as_json,
@@ -75,8 +86,11 @@ def run(args: argparse.Namespace) -> int:
         from oasr.bench.random_model import random_whisper
 
         loaded, state = random_whisper(args.arch, device=device, dtype=dtype, tokenizer_file=args.tokenizer)
+        if args.quantization:
+            _quantize_random(loaded, args.quantization)
     else:
-        loaded = from_pretrained(args.model, device=device, dtype=dtype, keep_checkpoint=args.peer is not None)
+        loaded = from_pretrained(args.model, device=device, dtype=dtype, keep_checkpoint=args.peer is not None,
+                                 quantization=args.quantization)
         state = loaded.checkpoint.state_dict if loaded.checkpoint else None
     items = load_manifest(args.manifest, repeat=args.repeat) if args.manifest else _synthetic(args.num_utterances)
     config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder)
@@ -86,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         ours.wer = _wer(items, our_tokens, loaded.tokenizer)
     results.append(ours)
     extra: dict = {"model": loaded.name, "device": str(device), "dtype": str(dtype).removeprefix("torch.")}
+    if args.quantization:
+        extra["dtype"] += f", {args.quantization} GEMMs"
     if args.peer == "transformers":
         theirs, their_tokens = bench_transformers(loaded, state, items, fixed_output_tokens=args.fixed_output_tokens,
                                                   batch_sizes=args.peer_batch_sizes)

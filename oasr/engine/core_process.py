@@ -290,7 +290,7 @@ def _build_engine(spec: EngineCoreSpec) -> ASREngine | StreamingEngine:
     if spec.cpu_threads is not None:
         torch.set_num_threads(spec.cpu_threads)
 
-    loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype)
+    loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
     if spec.cpu_threads is None and loaded.device.type == "cuda":
         # The GPU does the work; a pool of spinning CPU threads per step would only take cores from the HTTP
         # workers beside the core.

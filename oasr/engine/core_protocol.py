@@ -44,6 +44,7 @@ class EngineCoreSpec:
     # multi-threaded step whose threads wait at barriers for a descheduled sibling runs several times slower.
     cpu_threads: int | None = None
     streaming: StreamingConfig | None = None  # a streaming model's stream slots (None: StreamingConfig())
+    quantization: str | None = None  # a method to quantize a full-precision checkpoint with at load
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,9 @@ class MultiHeadAttention(nn.Module):
         rows = x.reshape(-1, x.shape[-1])
         for proj, out in ((self.k_proj, k_out), (self.v_proj, v_out)):
             flat = out.view(-1, out.shape[-1])
-            if proj.bias is None:
+            if proj.quant_gemm is not None:  # a quantized GEMM has no out= form
+                flat.copy_(proj(rows))
+            elif proj.bias is None:
                 torch.mm(rows, proj.weight.t(), out=flat)
             else:
                 torch.addmm(proj.bias, rows, proj.weight.t(), out=flat)

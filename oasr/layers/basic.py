@@ -6,11 +6,14 @@ op that would replace its forward under the ``kernels`` backend (``KERNEL_OP``).
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from oasr.quantization.method import QuantizedGemm
 
 
 def tensor_key(t: torch.Tensor) -> tuple:
@@ -35,7 +38,55 @@ def derived(module: nn.Module, name: str, sources: tuple[torch.Tensor | None, ..
 
 
 class Linear(nn.Linear):
+    """``nn.Linear``, and the GEMM kind that ``oasr.quantization`` quantizes.
+
+    Quantized (``quant_gemm`` set), ``weight`` holds the method's storage (int8, float8) and the buffer
+    ``weight_scale`` [out_features] its float32 per-channel scales; the layer then runs ``quant_gemm`` and returns
+    its input's dtype. Moving the model moves those two but never casts them: ``model.to(float16)`` changes the
+    bias and ``compute_dtype`` only, and a move to another device picks the method's lane for that device again
+    (refusing a device the method cannot serve)."""
+
     KERNEL_OP: ClassVar[str] = "linear"
+    QUANTIZABLE: ClassVar[bool] = True
+    quant_gemm: QuantizedGemm | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gemm = self.quant_gemm
+        if gemm is None:
+            return F.linear(x, self.weight, self.bias)
+        return gemm(x, self)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The float dtype this layer computes in (its weight's, or the model's when the weight is quantized)."""
+        return self.weight.dtype if self.quant_gemm is None else self.__dict__["_compute_dtype"]
+
+    def set_quantized(self, gemm: QuantizedGemm, weight: torch.Tensor, scale: torch.Tensor) -> None:
+        """Makes this layer quantized: ``weight`` [out, in] in the method's storage dtype, ``scale`` [out]."""
+        if tuple(weight.shape) != (self.out_features, self.in_features) or tuple(scale.shape) != (self.out_features,):
+            raise ValueError(f"quantized weight {tuple(weight.shape)} / scale {tuple(scale.shape)} do not fit "
+                             f"Linear({self.in_features}, {self.out_features})")
+        self.__dict__["_compute_dtype"] = self.compute_dtype
+        self.weight = nn.Parameter(weight, requires_grad=False)
+        self.register_buffer("weight_scale", scale.float())
+        self.quant_gemm = gemm
+
+    def _apply(self, fn, recurse=True):
+        gemm = self.quant_gemm
+        if gemm is None:
+            return super()._apply(fn, recurse)
+        # Quantized storage and scales follow the model's device, never its dtype.
+        weight, scale = self._parameters.pop("weight"), self._buffers.pop("weight_scale")
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            target = fn(torch.empty(0, device=weight.device, dtype=self.__dict__["_compute_dtype"]))
+            self._parameters["weight"] = nn.Parameter(weight.to(target.device), requires_grad=False)
+            self._buffers["weight_scale"] = scale.to(target.device)
+        self.__dict__["_compute_dtype"] = target.dtype
+        if target.device != weight.device:
+            self.quant_gemm = gemm.method.bind(target.device, tuple(weight.shape))
+        return self
 
 
 class Float32Head(Linear):
@@ -45,8 +96,10 @@ class Float32Head(Linear):
     rounding; a float32 product over the same half-precision hidden state keeps greedy output on the float32
     path far more often. On CUDA the half-precision operands are multiplied with float32 accumulation and output;
     elsewhere through a float32 copy of the weight, made once (and again only if the weight moves or is written)
-    and not part of the state dict.
+    and not part of the state dict. It is never quantized (``QUANTIZABLE``): its rounding is what it is for.
     """
+
+    QUANTIZABLE: ClassVar[bool] = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight

@@ -70,6 +70,13 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.bias_u = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # content bias u
         self.bias_v = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # position bias v
 
+    def _project_q_u(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Queries with the content bias u added [B, T, E]: by the projection's own bias in one GEMM, or after a
+        quantized projection (which takes no other bias)."""
+        if self.q_proj.quant_gemm is not None:
+            return self.q_proj(x) + u
+        return F.linear(x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
+
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, H*D] -> [B, H, T, D]."""
         b, t, _ = x.shape
@@ -93,7 +100,7 @@ class RelPositionMultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         # Queries with the content bias u added by the projection itself: (q + u) comes out of one GEMM.
         u = self.bias_u.flatten()
-        q_u = F.linear(x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
+        q_u = self._project_q_u(x, u)
         q_u = q_u.view(b, t, self.num_heads, self.head_dim)
         k = self.split_heads(self.k_proj(x))
         v = self.split_heads(self.v_proj(x))
@@ -129,7 +136,7 @@ class RelPositionMultiHeadAttention(nn.Module):
         """
         b, t, _ = x.shape
         u = self.bias_u.flatten()
-        q_u = F.linear(x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
+        q_u = self._project_q_u(x, u)
         q_u = q_u.view(b, t, self.num_heads, self.head_dim)
         keys = torch.cat([past_keys, self.split_heads(self.k_proj(x))], dim=2)
         values = torch.cat([past_values, self.split_heads(self.v_proj(x))], dim=2)

@@ -3,9 +3,9 @@
 Every architecture class carries ``capabilities``: a frozen ``ModelCapabilities`` naming the runner kind that
 serves it (``oasr.engine.runners``), its decode strategies (the first is the default; a strategy that searches
 serves ``DecodeOptions.beam_size``), the request options it serves beyond the defaults, its tasks, whether it
-times words and how it streams. The engine picks its runner by ``runner`` and refuses a request with
-``check_options`` before anything is queued; the servers and the CLI read the same record to say what a model
-can do. Nothing probes a model class with ``getattr``.
+times words, how it streams and which norms feed which GEMMs (SmoothQuant). The engine picks its runner by
+``runner`` and refuses a request with ``check_options`` before anything is queued; the servers and the CLI read
+the same record to say what a model can do. Nothing probes a model class with ``getattr``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from oasr.errors import UnsupportedOptionError
+from oasr.quantization.spec import SmoothGroup
 from oasr.types import DecodeOptions
 
 RUNNER_KINDS = ("autoregressive", "frame_sync")
@@ -42,6 +43,9 @@ class ModelCapabilities:
     streaming: str | None = None  # a streaming-runtime name, or None for offline models
     # The longest audio one request holds, in seconds; None: the feature extractor's window (Whisper's 30 s).
     window_seconds: float | None = None
+    # Which norms feed which GEMMs (module paths, ``*`` for a layer index), for SmoothQuant; empty: the model's
+    # GEMMs are quantized without smoothing (``oasr.quantization``).
+    smooth_groups: tuple[SmoothGroup, ...] = ()
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNER_KINDS:

@@ -8,6 +8,8 @@ from typing import Any, Protocol
 
 import torch
 
+from oasr.quantization.spec import QuantizationSpec
+
 
 @dataclass(frozen=True)
 class ModelSource:
@@ -30,6 +32,8 @@ class Checkpoint:
     format: str
     # Keys of the source that no module takes (kept for the load report).
     dropped_keys: list[str] = field(default_factory=list)
+    # How the state dict's GEMMs are quantized (a native checkpoint written by ``oasr quantize``), or None.
+    quantization: QuantizationSpec | None = None
 
 
 class CheckpointConverter(Protocol):

@@ -85,6 +85,10 @@ def build_model(checkpoint: Checkpoint) -> tuple[Any, nn.Module]:
     arch = ARCHITECTURES.get(checkpoint.architecture)
     config = arch.config_class.from_dict(checkpoint.config)
     model = arch.from_config(config)
+    if checkpoint.quantization is not None:
+        from oasr.quantization.apply import prepare_quantized
+
+        prepare_quantized(model, checkpoint.quantization)
     result = model.load_state_dict(checkpoint.state_dict, strict=False)
     tied = getattr(arch, "tied_keys", {})
     missing = [k for k in result.missing_keys if k not in tied]
@@ -102,15 +106,30 @@ def from_pretrained(
     dtype: str | torch.dtype | None = None,
     backend: Backend | None = None,
     keep_checkpoint: bool = False,
+    quantization: str | None = None,
 ) -> LoadedModel:
     """Loads a model by embedded name (``tiny.en``, ``base``) or from a directory in any supported format.
-    ``backend``: the layer waist's (``oasr.layers.backend``); by default ``kernels`` on CUDA, ``torch`` elsewhere."""
+    ``backend``: the layer waist's (``oasr.layers.backend``); by default ``kernels`` on CUDA, ``torch`` elsewhere.
+    A quantized checkpoint loads quantized as it is; ``quantization`` (``fp8``, ``int8``) quantizes a
+    full-precision one here, as ``oasr quantize`` would with its default calibration (``oasr.quantization``)."""
     source = resolve_source(name_or_path)
     checkpoint = read_checkpoint(source)
     config, model = build_model(checkpoint)
     target_device = pick_device(device)
     target_dtype = pick_dtype(dtype, target_device)
+    method = quantization or (checkpoint.quantization.method if checkpoint.quantization is not None else None)
+    if method is not None:  # refused before any calibration or move
+        from oasr.quantization.apply import check_serves
+
+        check_serves(method, target_device, target_dtype)
+    _quantize_at_load(source, checkpoint, config, model, quantization)
     model = model.to(device=target_device, dtype=target_dtype).eval().requires_grad_(False)
+    return _assemble(source, checkpoint, config, model, target_device, target_dtype,
+                     backend or ("kernels" if target_device.type == "cuda" else "torch"), keep_checkpoint)
+
+
+def _assemble(source: ModelSource, checkpoint: Checkpoint, config: Any, model: nn.Module, device: torch.device,
+              dtype: torch.dtype, backend: Backend, keep_checkpoint: bool) -> LoadedModel:
     arch = ARCHITECTURES.get(checkpoint.architecture)
     extractor_cls = FEATURE_EXTRACTORS.get(arch.feature_extractor)
     return LoadedModel(
@@ -121,8 +140,26 @@ def from_pretrained(
         model=model,
         tokenizer=TOKENIZERS.get(arch.tokenizer)(checkpoint.tokenizer_file),
         features=extractor_cls.for_model(config),
-        device=target_device,
-        dtype=target_dtype,
-        kernel_gaps=apply_backend(model, backend or ("kernels" if target_device.type == "cuda" else "torch")),
+        device=device,
+        dtype=dtype,
+        kernel_gaps=apply_backend(model, backend),
         checkpoint=checkpoint if keep_checkpoint else None,
     )
+
+
+def _quantize_at_load(source: ModelSource, checkpoint: Checkpoint, config: Any, model: nn.Module,
+                      quantization: str | None) -> None:
+    """Applies ``quantization`` now to a float model (on the host, float32, calibrated on the bundled sample
+    when the method smooths); a quantized checkpoint already is, and only the same method may be asked of it."""
+    if quantization is None or checkpoint.quantization is not None:
+        if quantization is not None and quantization != checkpoint.quantization.method:
+            from oasr.errors import UnsupportedQuantizationError
+
+            raise UnsupportedQuantizationError(f"{source} is already quantized with "
+                                               f"{checkpoint.quantization.method}; cannot serve it as {quantization}")
+        return
+    from oasr.quantization.apply import quantize_model
+
+    host = _assemble(source, checkpoint, config, model.float().eval().requires_grad_(False), torch.device("cpu"),
+                     torch.float32, "torch", keep_checkpoint=False)
+    quantize_model(host, quantization)

@@ -84,7 +84,7 @@ class EngineReplica:
 
         if spec.cpu_threads is not None:  # else Ray's: one thread per CPU the actor reserves
             torch.set_num_threads(spec.cpu_threads)
-        loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype)
+        loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
         self.engine = AsyncEngine(loaded, spec.config, max_waiting=max_waiting)
 
     def info(self) -> EngineInfo:
@@ -356,7 +356,9 @@ class RayReplicaSet:
 
 def start_replicas(model: str, options: ReplicaOptions, *, device: str = "auto", dtype: str | None = None,
                    config: EngineConfig | None = None, max_waiting: int = 1024,
-                   cpu_threads: int | None = None) -> RayReplicaSet:
-    """The engine client of ``oasr serve --ray-replicas``: the model loaded on every replica."""
-    spec = EngineCoreSpec(model, device, dtype, config, logging.getLogger().getEffectiveLevel(), cpu_threads)
+                   cpu_threads: int | None = None, quantization: str | None = None) -> RayReplicaSet:
+    """The engine client of ``oasr serve --ray-replicas``: the model loaded on every replica (quantized at load
+    when ``quantization`` names a method)."""
+    spec = EngineCoreSpec(model, device, dtype, config, logging.getLogger().getEffectiveLevel(), cpu_threads,
+                          quantization=quantization)
     return RayReplicaSet(spec, options, max_waiting=max_waiting)

@@ -66,6 +66,7 @@ class WorkerSpec:
     options: TranscribeOptions
     timed_options: TranscribeOptions
     batch_size: int  # inputs handed to an actor at once
+    quantization: str | None = None  # a method each actor quantizes a full-precision checkpoint with at load
 
 
 def ray_data_available() -> bool:
@@ -97,7 +98,7 @@ class TranscribeWorker:
         from oasr.models.loader import from_pretrained
         from oasr.transcription.offline import OfflineTranscriber
 
-        loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype)
+        loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
         timed = "timestamps" in capabilities_of(type(loaded.model)).options
         self.transcriber = OfflineTranscriber(loaded, spec.timed_options if timed else spec.options)
 

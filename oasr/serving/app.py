@@ -98,27 +98,30 @@ ENGINE_MODES = ("process", "thread")
 
 def start_engine(model: str, *, mode: str = "process", device: str = "auto", dtype: str | None = None,
                  config: EngineConfig | None = None, max_waiting: int = 1024,
-                 cpu_threads: int | None = None) -> EngineClient:
+                 cpu_threads: int | None = None, quantization: str | None = None) -> EngineClient:
     """The engine behind the server: in a process of its own (``process``: nothing the HTTP side does competes
     with its step loop for the interpreter lock), or on a thread of this process (``thread``).
-    ``cpu_threads`` sets torch's CPU threads in a core process."""
+    ``cpu_threads`` sets torch's CPU threads in a core process; ``quantization`` quantizes a full-precision
+    checkpoint at load (``from_pretrained``)."""
     if mode == "process":
         from oasr.engine.core_client import EngineCoreClient
         from oasr.engine.core_protocol import EngineCoreSpec
 
         level = logging.getLogger().getEffectiveLevel()
-        return EngineCoreClient(EngineCoreSpec(model, device, dtype, config, level, cpu_threads), max_waiting=max_waiting)
+        spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, quantization=quantization)
+        return EngineCoreClient(spec, max_waiting=max_waiting)
     if mode == "thread":
         from oasr.engine.async_engine import AsyncEngine
         from oasr.models.loader import from_pretrained
 
-        return AsyncEngine(from_pretrained(model, device=device, dtype=dtype), config, max_waiting=max_waiting)
+        loaded = from_pretrained(model, device=device, dtype=dtype, quantization=quantization)
+        return AsyncEngine(loaded, config, max_waiting=max_waiting)
     raise ValueError(f"unknown engine mode {mode!r}; choose one of {', '.join(ENGINE_MODES)}")
 
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
           dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1,
-          replicas: ReplicaOptions | None = None) -> None:
+          replicas: ReplicaOptions | None = None, quantization: str | None = None) -> None:
     """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
     (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
@@ -128,7 +131,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
         from oasr.serving.workers import serve_workers
 
-        serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype)
+        serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
+                      quantization=quantization)
         return
 
     import uvicorn
@@ -137,10 +141,10 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         if replicas is not None:
             from oasr.scale.ray_replicas import start_replicas
 
-            engine = start_replicas(model, replicas, device=device, dtype=dtype)
+            engine = start_replicas(model, replicas, device=device, dtype=dtype, quantization=quantization)
             described = f"{replicas.num_replicas} engine replicas on Ray"
         else:
-            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, quantization=quantization)
             described = f"engine: {engine_mode}"
         try:
             log.info("serving %s on http://%s:%d (%s)", settings.served_model_name, host, port, described)

@@ -108,7 +108,7 @@ class ParakeetForRNNT(FrameSyncModel):
 
     def encode(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
         """features: [B, n_mels, T]; lengths: [B] real feature frames -> EncoderOutput ([B, T', D], [B])."""
-        return self.encoder(features.to(self.encoder_projector.weight.dtype), lengths)
+        return self.encoder(features.to(self.encoder_projector.compute_dtype), lengths)
 
     def project_encoder(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [B, T, D] -> joint-space frames [B, T, H]; done once per utterance, not per label step."""
@@ -121,7 +121,7 @@ class ParakeetForRNNT(FrameSyncModel):
         transformers' generate (``decoder_start_token_id`` = blank).
         """
         c = self.config
-        dtype = self.encoder_projector.weight.dtype
+        dtype = self.encoder_projector.compute_dtype
         zeros = torch.zeros(c.num_decoder_layers, batch_size, c.decoder_hidden_size, device=device, dtype=dtype)
         start = torch.full((batch_size,), self.blank_id, dtype=torch.long, device=device)
         return self.predictor_step(start, LSTMPredictorState(zeros, zeros.clone()))

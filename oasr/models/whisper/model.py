@@ -28,6 +28,7 @@ from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
 from oasr.models.capabilities import ModelCapabilities
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
 from oasr.models.whisper.config import WhisperConfig, tiny_whisper_config
+from oasr.quantization.spec import SmoothGroup
 
 
 class WhisperEncoderLayer(nn.Module):
@@ -145,6 +146,19 @@ class WhisperForConditionalGeneration(nn.Module):
         options=frozenset({"language", "timestamps", "prompt", "temperature", "min_new_tokens"}),
         tasks=("transcribe", "translate"),
         word_timing=True,  # oasr.models.whisper.alignment
+        smooth_groups=(
+            SmoothGroup("model.encoder.layers.*.self_attn_layer_norm",
+                        tuple(f"model.encoder.layers.*.self_attn.{p}_proj" for p in "qkv")),
+            SmoothGroup("model.encoder.layers.*.final_layer_norm", ("model.encoder.layers.*.fc1",)),
+            SmoothGroup("model.decoder.layers.*.self_attn_layer_norm",
+                        tuple(f"model.decoder.layers.*.self_attn.{p}_proj" for p in "qkv")),
+            SmoothGroup("model.decoder.layers.*.encoder_attn_layer_norm",
+                        ("model.decoder.layers.*.encoder_attn.q_proj",)),
+            SmoothGroup("model.decoder.layers.*.final_layer_norm", ("model.decoder.layers.*.fc1",)),
+            # The encoder's output is read only by the cross-attention keys and values of every decoder layer.
+            SmoothGroup("model.encoder.layer_norm",
+                        tuple(f"model.decoder.layers.*.encoder_attn.{p}_proj" for p in "kv")),
+        ),
     )
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}

@@ -1,0 +1,53 @@
+"""``fp8``: W8A8 in float8 e4m3. Weights per output channel, activations per token (dynamic).
+
+On CUDA devices of compute capability 8.9 or newer (Ada, Hopper) the GEMM is ``torch._scaled_mm`` with row-wise
+scales (scale_a [M, 1], scale_b [1, N], float32; float32 accumulation). Elsewhere the layer dequantizes and
+multiplies in float32 (``reference``), with the activations rounded to e4m3 per token first, so the numbers are
+the kernel's. A CUDA device below 8.9, or a torch build without ``_scaled_mm``, is refused.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oasr.quantization import QUANT_METHODS
+from oasr.quantization.method import QuantMethod, cuda_capability
+
+FP8 = torch.float8_e4m3fn
+# _scaled_mm's operands: K and N multiples of 16; a layer of another shape runs the reference lane.
+_SCALED_MM_MULTIPLE = 16
+_MIN_CAPABILITY = (8, 9)
+
+
+@QUANT_METHODS.register("fp8")
+class Fp8Method(QuantMethod):
+    name = "fp8"
+    storage_dtype = FP8
+    qmax = float(torch.finfo(FP8).max)  # 448
+    smooths = False  # e4m3's exponent covers activation outliers; per-token scales are enough
+
+    def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
+        return scaled.clamp(-self.qmax, self.qmax).to(FP8)
+
+    def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
+        if device.type == "cpu":
+            return "reference"
+        if device.type != "cuda":
+            raise self.refuse(device, "it runs on CUDA (compute capability 8.9 or newer) or on the CPU")
+        if not hasattr(torch, "_scaled_mm"):
+            raise self.refuse(device, f"this torch build ({torch.__version__}) has no torch._scaled_mm")
+        capability = cuda_capability(device)
+        if capability < _MIN_CAPABILITY:
+            name = torch.cuda.get_device_name(device)
+            raise self.refuse(device, f"{name} is compute capability {capability[0]}.{capability[1]}; fp8 GEMMs need "
+                              f"{_MIN_CAPABILITY[0]}.{_MIN_CAPABILITY[1]} or newer (Ada, Hopper); use int8")
+        n, k = weight_shape
+        return "scaled_mm" if n % _SCALED_MM_MULTIPLE == 0 and k % _SCALED_MM_MULTIPLE == 0 else "reference"
+
+    def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+            bias: torch.Tensor | None) -> torch.Tensor:
+        if lane != "scaled_mm":
+            return super().run(lane, x, weight, scale, bias)
+        qx, sx = self.quantize_activation(x)
+        out = torch._scaled_mm(qx, weight.t(), scale_a=sx, scale_b=scale.view(1, -1), out_dtype=x.dtype)
+        return out if bias is None else out + bias

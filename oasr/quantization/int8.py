@@ -1,0 +1,58 @@
+"""``int8``: W8A8 in int8, symmetric. Weights per output channel, activations per token (dynamic), usually
+after SmoothQuant has moved the activations' outlier channels into the weights (``oasr.quantization.smooth``).
+
+On CUDA devices of compute capability 8.0 or newer the GEMM is ``torch._int_mm`` (int8 x int8 -> exact int32
+sums), then rescaled by both scales in float32. cuBLAS's int8 path wants more than 16 rows and K, N multiples of
+8: fewer rows are padded with zeros, and a layer of another shape runs the reference lane. On the CPU the layer
+dequantizes and multiplies in float32 (``reference``): ``torch._int_mm`` runs there too, with the same sums, but
+about 20 times slower than a float32 product (torch 2.13, one thread); the equivalence tests run both lanes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oasr.quantization import QUANT_METHODS
+from oasr.quantization.method import QuantMethod, cuda_capability
+
+_INT_MM_MULTIPLE = 8
+_INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: "self.size(0) needs to be greater than 16"
+_MIN_CAPABILITY = (8, 0)
+
+
+@QUANT_METHODS.register("int8")
+class Int8Method(QuantMethod):
+    name = "int8"
+    storage_dtype = torch.int8
+    qmax = 127.0
+    smooths = True
+
+    def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
+        return scaled.round().clamp(-self.qmax, self.qmax).to(torch.int8)
+
+    def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
+        if device.type not in ("cpu", "cuda"):
+            raise self.refuse(device, "it runs on CUDA (compute capability 8.0 or newer) or on the CPU")
+        if device.type == "cpu":
+            return "reference"
+        if not hasattr(torch, "_int_mm"):
+            raise self.refuse(device, f"this torch build ({torch.__version__}) has no torch._int_mm")
+        if cuda_capability(device) < _MIN_CAPABILITY:
+            capability = cuda_capability(device)
+            raise self.refuse(device, f"{torch.cuda.get_device_name(device)} is compute capability "
+                              f"{capability[0]}.{capability[1]}; int8 GEMMs need 8.0 or newer here")
+        n, k = weight_shape
+        return "int_mm" if n % _INT_MM_MULTIPLE == 0 and k % _INT_MM_MULTIPLE == 0 else "reference"
+
+    def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+            bias: torch.Tensor | None) -> torch.Tensor:
+        if lane != "int_mm":
+            return super().run(lane, x, weight, scale, bias)
+        qx, sx = self.quantize_activation(x)
+        rows = qx.shape[0]
+        if qx.is_cuda and rows < _INT_MM_MIN_ROWS:
+            qx = torch.cat([qx, qx.new_zeros(_INT_MM_MIN_ROWS - rows, qx.shape[1])])
+        out = torch._int_mm(qx, weight.t())[:rows].float() * sx * scale
+        if bias is not None:
+            out = out + bias.float()
+        return out.to(x.dtype)

@@ -1,0 +1,119 @@
+"""What every quantization method provides, and the GEMM a quantized ``Linear`` runs.
+
+A method turns a float weight [N, K] into its storage dtype with one float32 scale per output channel, and an
+activation [M, K] into the same dtype with one scale per row (token), computed as it arrives. Its ``reference``
+lane dequantizes and multiplies in float32: the oracle every device kernel is tested against, and what serves a
+device without one. ``bind`` picks a lane for a device once, when the model is placed, and refuses a device the
+method cannot serve, naming it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from oasr.errors import UnsupportedQuantizationError
+
+# Float dtypes a quantized layer's activations may arrive in; its output comes back in the same dtype.
+SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Rows whose largest magnitude is below this are scaled as if it were this (an all-zero row stays zero).
+_MIN_AMAX = 1e-12
+
+
+class QuantMethod(ABC):
+    """One quantization scheme. Subclasses are registered in ``QUANT_METHODS`` and hold no state."""
+
+    name: ClassVar[str]
+    storage_dtype: ClassVar[torch.dtype]
+    qmax: ClassVar[float]  # the largest magnitude of the storage dtype that scales map to
+    smooths: ClassVar[bool]  # whether quantizing a checkpoint folds SmoothQuant factors in by default
+
+    def _scale(self, values: torch.Tensor, dim: int) -> torch.Tensor:
+        return values.abs().amax(dim=dim, keepdim=True).clamp(min=_MIN_AMAX) / self.qmax
+
+    @abstractmethod
+    def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
+        """float32 values already divided by their scale -> the storage dtype (rounded and saturated)."""
+
+    def quantize_weight(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """weight [N, K] -> (quantized [N, K], float32 scale [N]): one scale per output channel."""
+        w = weight.detach().float()
+        scale = self._scale(w, 1)
+        return self._cast(w / scale), scale.flatten()
+
+    def quantize_activation(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [M, K] -> (quantized [M, K], float32 scale [M, 1]): one scale per row, computed now (dynamic)."""
+        xf = x.float()
+        scale = self._scale(xf, 1)
+        return self._cast(xf / scale), scale
+
+    def reference(self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                  float_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """The dequantize-and-multiply oracle: x [M, K] (any float dtype), weight [N, K] quantized, scale [N]
+        -> [M, N] in x's dtype. The activation is quantized per token exactly as the device kernels quantize it,
+        so this lane's numbers are theirs up to the order of float32 accumulation. ``float_weight``: the
+        weight's values already in float32 (a copy the layer keeps), else converted here."""
+        qx, sx = self.quantize_activation(x)
+        out = (qx.float() @ (weight.float() if float_weight is None else float_weight).t()) * sx * scale
+        if bias is not None:
+            out = out + bias.float()
+        return out.to(x.dtype)
+
+    @abstractmethod
+    def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
+        """The lane serving a layer of ``weight_shape`` on ``device``; raises ``UnsupportedQuantizationError``
+        for a device the method cannot serve."""
+
+    def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
+            bias: torch.Tensor | None) -> torch.Tensor:
+        """x [M, K] through ``lane`` -> [M, N]."""
+        if lane == "reference":
+            return self.reference(x, weight, scale, bias)
+        raise ValueError(f"{self.name}: unknown lane {lane!r}")
+
+    def check_device(self, device: torch.device) -> None:
+        """Raises ``UnsupportedQuantizationError`` naming ``device`` if the method cannot serve it."""
+        self.lane_for(torch.device(device), (0, 0))
+
+    def bind(self, device: torch.device, weight_shape: tuple[int, ...]) -> QuantizedGemm:
+        return QuantizedGemm(self, self.lane_for(torch.device(device), weight_shape))
+
+    def refuse(self, device: torch.device, why: str) -> UnsupportedQuantizationError:
+        return UnsupportedQuantizationError(f"quantization method {self.name!r} cannot serve device {device}: {why}")
+
+
+def check_dtype(method: QuantMethod, dtype: torch.dtype) -> None:
+    if dtype not in SERVED_DTYPES:
+        served = ", ".join(str(d).removeprefix("torch.") for d in SERVED_DTYPES)
+        raise UnsupportedQuantizationError(f"quantization method {method.name!r} cannot serve dtype "
+                                           f"{str(dtype).removeprefix('torch.')} (it serves {served})")
+
+
+def cuda_capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+@dataclass(frozen=True)
+class QuantizedGemm:
+    """What a quantized ``Linear`` runs: its method and the lane chosen for its device."""
+
+    method: QuantMethod
+    lane: str
+
+    def __call__(self, x: torch.Tensor, layer) -> torch.Tensor:
+        """x [..., K] through ``layer``'s quantized weight -> [..., N] in x's dtype. On the reference lane the
+        layer keeps its weight's values in float32 once used (made again only if the weight moves): the oracle
+        lane trades the memory saving for not converting the weight on every call, which dominates a decode
+        step of a few rows."""
+        rows = x.reshape(-1, x.shape[-1])
+        if self.lane == "reference":
+            from oasr.layers.basic import derived
+
+            float_weight = derived(layer, "_float_weight", (layer.weight,), layer.weight.float)
+            out = self.method.reference(rows, layer.weight, layer.weight_scale, layer.bias, float_weight)
+        else:
+            out = self.method.run(self.lane, rows, layer.weight, layer.weight_scale, layer.bias)
+        return out.view(*x.shape[:-1], out.shape[-1])

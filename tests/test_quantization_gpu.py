@@ -1,0 +1,52 @@
+"""The quantization methods' CUDA kernels (``torch._scaled_mm``, ``torch._int_mm``) against their dequantize-and-
+multiply reference on the same device, and a quantized Whisper forward, decoded under CUDA graphs' shapes.
+
+Kept apart from tests/test_quantization.py so that it imports torch and the waist only."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oasr.models import ARCHITECTURES
+from oasr.quantization import QUANT_METHODS
+from oasr.quantization.apply import method_named, quantizable, quantize_weights
+
+pytestmark = pytest.mark.gpu
+FAST_LANES = {"fp8": "scaled_mm", "int8": "int_mm"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 7, 17, 300])
+@pytest.mark.parametrize("name", QUANT_METHODS.names())
+def test_cuda_lane_equals_the_reference(name: str, rows: int, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    method = method_named(name)
+    w = torch.randn(1280, 512, device="cuda") * 0.05
+    x = torch.randn(rows, 512, device="cuda").to(dtype)
+    bias = torch.randn(1280, device="cuda").to(dtype)
+    q, scale = method.quantize_weight(w)
+    lane = method.bind(torch.device("cuda"), tuple(w.shape)).lane
+    assert lane == FAST_LANES[name]
+    fast = method.run(lane, x, q, scale, bias)
+    reference = method.reference(x, q, scale, bias)
+    assert fast.dtype == dtype and fast.shape == (rows, 1280)
+    tolerance = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    torch.testing.assert_close(fast.float(), reference.float(), rtol=tolerance, atol=tolerance * 4)
+
+
+@pytest.mark.parametrize("name", QUANT_METHODS.names())
+def test_quantized_whisper_runs_on_cuda_close_to_its_cpu_oracle(name: str) -> None:
+    torch.manual_seed(0)
+    arch = ARCHITECTURES.get("whisper")
+    config = arch.tiny_config()
+    model = arch.from_config(config).eval()
+    quantize_weights(model, method_named(name), tuple(quantizable(model)))
+    features, tokens = arch.example_inputs(config)
+    with torch.inference_mode():
+        cpu = model(features, tokens)
+        model = model.to("cuda", torch.float16)
+        lanes = {layer.quant_gemm.lane for layer in quantizable(model).values()}
+        assert lanes == {FAST_LANES[name]}
+        gpu = model(features.cuda().half(), tokens.cuda()).float().cpu()
+    assert (gpu - cpu).norm() < 0.05 * cpu.norm()
