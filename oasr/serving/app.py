@@ -27,6 +27,7 @@ from oasr.serving.realtime.connection import RealtimeService
 from oasr.serving.router import build_router
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
+from oasr.streaming.types import StreamingConfig
 
 if TYPE_CHECKING:
     from oasr.scale.ray_replicas import ReplicaOptions
@@ -98,27 +99,29 @@ ENGINE_MODES = ("process", "thread")
 
 def start_engine(model: str, *, mode: str = "process", device: str = "auto", dtype: str | None = None,
                  config: EngineConfig | None = None, max_waiting: int = 1024,
-                 cpu_threads: int | None = None) -> EngineClient:
+                 cpu_threads: int | None = None, streaming: StreamingConfig | None = None) -> EngineClient:
     """The engine behind the server: in a process of its own (``process``: nothing the HTTP side does competes
     with its step loop for the interpreter lock), or on a thread of this process (``thread``).
-    ``cpu_threads`` sets torch's CPU threads in a core process."""
+    ``cpu_threads`` sets torch's CPU threads in a core process; ``streaming``, a streaming model's stream slots."""
     if mode == "process":
         from oasr.engine.core_client import EngineCoreClient
         from oasr.engine.core_protocol import EngineCoreSpec
 
         level = logging.getLogger().getEffectiveLevel()
-        return EngineCoreClient(EngineCoreSpec(model, device, dtype, config, level, cpu_threads), max_waiting=max_waiting)
+        spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, streaming)
+        return EngineCoreClient(spec, max_waiting=max_waiting)
     if mode == "thread":
         from oasr.engine.async_engine import AsyncEngine
         from oasr.models.loader import from_pretrained
 
-        return AsyncEngine(from_pretrained(model, device=device, dtype=dtype), config, max_waiting=max_waiting)
+        return AsyncEngine(from_pretrained(model, device=device, dtype=dtype), config, max_waiting=max_waiting,
+                           streaming=streaming)
     raise ValueError(f"unknown engine mode {mode!r}; choose one of {', '.join(ENGINE_MODES)}")
 
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
           dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1,
-          replicas: ReplicaOptions | None = None) -> None:
+          replicas: ReplicaOptions | None = None, streaming: StreamingConfig | None = None) -> None:
     """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
     (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
@@ -128,7 +131,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
         from oasr.serving.workers import serve_workers
 
-        serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype)
+        serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
+                      streaming=streaming)
         return
 
     import uvicorn
@@ -140,7 +144,7 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             engine = start_replicas(model, replicas, device=device, dtype=dtype)
             described = f"{replicas.num_replicas} engine replicas on Ray"
         else:
-            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype)
+            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, streaming=streaming)
             described = f"engine: {engine_mode}"
         try:
             log.info("serving %s on http://%s:%d (%s)", settings.served_model_name, host, port, described)
