@@ -322,11 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["bench", "stream"]:  # its own arguments (oasr.bench.stream)
-        from oasr.bench.stream import main as bench_stream
+    from oasr.bench.command import OWN_ARGUMENTS, run_own
 
-        bench_stream(argv[2:])
-        return 0
+    if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in OWN_ARGUMENTS:  # their own arguments
+        return run_own(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from oasr.errors import OASRError
