@@ -194,7 +194,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord
         "turns_per_session": plan.num_turns, "duration_s": plan.duration_s, "chunk_ms": args.chunk_ms,
         "speed": plan.speed, "clips": len(plan.utterances), "wall_s": round(wall_s, 3),
         "turns_started": len(turns), "turns_completed": len(done), "turns_expected": expected,
-        "sessions_completed": sum(not r.errors and (plan.num_turns is None or len(r.turns) == plan.num_turns)
+        "sessions_completed": sum(not r.errors and (expected is None or len(r.turns) == plan.num_turns)
                                   for r in records),
         "errors": len(errors), "first_errors": errors[:5],
         "audio_s_streamed": round(sum(r.audio_sent_s for r in records), 3),

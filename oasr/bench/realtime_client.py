@@ -131,7 +131,7 @@ async def _session(plan: LoadPlan, record: SessionRecord, start_at: float, deadl
                         break
                     num_turns += 1
             else:
-                record.errors.append("no session.updated: " + _reader_failure(reader))
+                record.errors.append(f"session {record.index}: no session.updated: {_reader_failure(reader)}")
             reader.cancel()
     except (OSError, TimeoutError, WebSocketException) as exc:
         record.errors.append(f"session {record.index}: {type(exc).__name__}: {exc}")
