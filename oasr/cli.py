@@ -146,6 +146,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="audio one realtime session may hold uncommitted; appends past it get an error event")
     p.add_argument("--realtime-idle-timeout-s", type=float, default=300,
                    help="a realtime session whose client sends nothing this long is closed")
+    p.add_argument("--max-streams", type=int, default=None, metavar="N",
+                   help="a streaming model's stream slots: realtime turns streamed at once (default 64; raise it "
+                   "with --realtime-max-sessions, as every session speaking holds one)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
@@ -227,6 +230,7 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
 def cmd_serve(args: argparse.Namespace) -> int:
     from oasr.heap import bound_heap
     from oasr.serving.app import serve
+    from oasr.streaming.types import StreamingConfig
 
     bound_heap()  # before the server's threads start; its children (core, workers) call it too
 
@@ -235,12 +239,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.api_workers < 1 or (args.api_workers > 1 and args.engine_mode != "process"):
             raise ValueError(f"--api-workers must be >= 1, and 1 with --engine-mode thread (got {args.api_workers})")
         replicas = _replica_options(args)
+        if replicas is not None and args.max_streams is not None:
+            raise ValueError("--max-streams applies to one engine, not to --ray-replicas")
+        streaming = None if args.max_streams is None else StreamingConfig(max_streams=args.max_streams)
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
     serve(args.model, settings, host=args.host, port=args.port, device=args.device,
           dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode,
-          api_workers=args.api_workers, replicas=replicas, quantization=args.quantization)
+          api_workers=args.api_workers, replicas=replicas, quantization=args.quantization, streaming=streaming)
     return 0
 
 
@@ -355,13 +362,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["bench", "stream"]:  # its own arguments (oasr.bench.stream)
-        from oasr.bench.stream import main as bench_stream
+    from oasr.bench.command import OWN_ARGUMENTS, run_own
 
-        bench_stream(argv[2:])
-        return 0
+    if argv[:1] == ["bench"] and len(argv) > 1 and argv[1] in OWN_ARGUMENTS:  # their own arguments
+        return run_own(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
     from oasr.errors import OASRError
 
     try:

@@ -239,3 +239,16 @@ def test_convert_on_a_full_disk_is_a_one_line_error_and_leaves_no_half_checkpoin
     assert main(["convert", "tiny.en", str(destination)]) == 1
     assert "No space left on device" in _one_error_line(capsys.readouterr().err)
     assert not destination.exists()
+
+
+def test_serve_max_streams_gives_a_streaming_model_that_many_stream_slots(monkeypatch, capsys) -> None:
+    import oasr.serving.app
+    from oasr.streaming.types import StreamingConfig
+
+    calls = []
+    monkeypatch.setattr(oasr.serving.app, "serve", lambda model, settings, **kwargs: calls.append(kwargs))
+    assert main(["serve", "--device", "cpu", "--max-streams", "256"]) == 0
+    assert main(["serve", "--device", "cpu"]) == 0
+    assert [c["streaming"] for c in calls] == [StreamingConfig(max_streams=256), None]  # None: the default 64
+    assert main(["serve", "--device", "cpu", "--max-streams", "0"]) == 2
+    assert "max_streams" in capsys.readouterr().err and len(calls) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,11 +15,20 @@ if TYPE_CHECKING:
 
 # Every command's parser is built on every start (``oasr serve`` too), so the runs' modules, which import torch,
 # are imported only when a bench runs.
+# Benches with arguments of their own, run as ``oasr bench <kind> ...``: the rest of the line goes to the module's
+# ``main``, imported only then.
+OWN_ARGUMENTS = {"stream": "oasr.bench.stream", "realtime": "oasr.bench.realtime"}
+
+
+def run_own(kind: str, argv: list[str]) -> int:
+    """``oasr bench <kind> argv...`` for a kind of ``OWN_ARGUMENTS``; its exit status."""
+    return importlib.import_module(OWN_ARGUMENTS[kind]).main(argv) or 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure throughput, latency and WER (optionally beside transformers); "
-                                     "streams: oasr bench stream --help")
+                                     "streams: oasr bench stream --help; realtime sessions "
+                                     "against a server: oasr bench realtime --help")
     p.add_argument("--model", default="tiny.en")
     p.add_argument("--manifest", type=Path, help="JSONL with audio (relative path), text, language")
     p.add_argument("--repeat", type=int, default=1, help="pass over the manifest this many times")

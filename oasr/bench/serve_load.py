@@ -18,9 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -29,6 +26,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
+
+from oasr.bench.server_process import running_server, serve_command
 
 TARGET_RATIO = 0.85  # issue 4: within 15% of the offline engine at 64 concurrent
 
@@ -61,7 +60,7 @@ class ShareResult:
     ended: float
 
 
-def _percentiles(values) -> dict[str, float | None]:
+def percentiles(values) -> dict[str, float | None]:
     if len(values) == 0:
         return {"p50": None, "p90": None, "p99": None}
     return {f"p{q}": round(float(np.percentile(values, q)), 4) for q in (50, 90, 99)}
@@ -126,7 +125,7 @@ def run_level(pool: ProcessPoolExecutor, num_processes: int, url: str, model: st
     failures = sum(r.num_failures for r in results)
     row = {"concurrency": concurrency, "requests": num_requests, "failures": failures, "wall_s": round(wall, 3),
            "rtfx": round(audio_s / wall, 1), "requests_per_s": round(len(latencies) / wall, 1),
-           "latency_s": _percentiles(latencies)}
+           "latency_s": percentiles(latencies)}
     first_failure = next((r.first_failure for r in results if r.first_failure), None)
     if first_failure:
         row["first_failure"] = first_failure
@@ -149,26 +148,6 @@ def _server_cpu(pid: int) -> dict[str, float] | None:
         return None
 
 
-def _wait_healthy(url: str, process: subprocess.Popen, log_path: Path, timeout_s: float = 900) -> None:
-    import httpx
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}; its log:\n{_tail(log_path)}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"server did not become healthy; its log:\n{_tail(log_path)}")
-
-
-def _tail(path: Path, num_chars: int = 4000) -> str:
-    return path.read_text(errors="replace")[-num_chars:] if path.exists() else ""
-
-
 def server_label(mode: str, api_workers: int) -> str:
     return mode if api_workers == 1 else f"{mode}/{api_workers}w"
 
@@ -178,15 +157,11 @@ def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: P
     url = f"http://127.0.0.1:{args.port}"
     label = server_label(mode, api_workers)
     log_path = Path(tempfile.gettempdir()) / f"oasr-serve-load-{label.replace('/', '-')}.log"
-    command = [sys.executable, "-m", "oasr.cli", "serve", "--model", args.model, "--port", str(args.port),
-               "--device", args.device, "--max-queue", "4096", "--engine-mode", mode,
-               "--api-workers", str(api_workers)]
+    command = serve_command("--model", args.model, "--port", str(args.port), "--device", args.device,
+                            "--max-queue", "4096", "--engine-mode", mode, "--api-workers", str(api_workers))
     print(f"# server ({mode} engine): {' '.join(command[1:])}; log {log_path}", flush=True)
-    with log_path.open("w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
     rows = []
-    try:
-        _wait_healthy(url, server, log_path)
+    with running_server(command, url, log_path) as server:
         if args.warmup_requests:
             run_level(pool, args.client_processes, url, args.model, clips, concurrency=64,
                       num_requests=args.warmup_requests)
@@ -200,12 +175,6 @@ def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: P
                 row["cores_busy"] = {k: round((after[k] - before[k]) / row["wall_s"], 2) for k in before}
             rows.append({"engine_mode": label, "api_workers": api_workers, **row})
             print(json.dumps(rows[-1]), flush=True)
-    finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
     return rows
 
 
@@ -229,9 +198,14 @@ def bench_offline(args: argparse.Namespace, clips: list[Clip], num_requests: int
     return out
 
 
-def read_clips(manifest: Path) -> list[Clip]:
+def manifest_rows(manifest: Path) -> list[dict]:
+    """A JSONL manifest's rows, each ``audio`` (relative to the manifest) made an absolute path."""
     rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
-    return [Clip(str((manifest.parent / r["audio"]).resolve()), r["duration_s"]) for r in rows
+    return [{**r, "audio": str((manifest.parent / r["audio"]).resolve())} for r in rows]
+
+
+def read_clips(manifest: Path) -> list[Clip]:
+    return [Clip(r["audio"], r["duration_s"]) for r in manifest_rows(manifest)
             if r["duration_s"] <= 30 and "channel" not in r]
 
 

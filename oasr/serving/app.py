@@ -27,6 +27,7 @@ from oasr.serving.realtime.connection import RealtimeService
 from oasr.serving.router import build_router
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
+from oasr.streaming.types import StreamingConfig
 
 if TYPE_CHECKING:
     from oasr.scale.ray_replicas import ReplicaOptions
@@ -98,30 +99,33 @@ ENGINE_MODES = ("process", "thread")
 
 def start_engine(model: str, *, mode: str = "process", device: str = "auto", dtype: str | None = None,
                  config: EngineConfig | None = None, max_waiting: int = 1024,
-                 cpu_threads: int | None = None, quantization: str | None = None) -> EngineClient:
+                 cpu_threads: int | None = None, quantization: str | None = None,
+                 streaming: StreamingConfig | None = None) -> EngineClient:
     """The engine behind the server: in a process of its own (``process``: nothing the HTTP side does competes
     with its step loop for the interpreter lock), or on a thread of this process (``thread``).
     ``cpu_threads`` sets torch's CPU threads in a core process; ``quantization`` quantizes a full-precision
-    checkpoint at load (``from_pretrained``)."""
+    checkpoint at load (``from_pretrained``); ``streaming``, a streaming model's stream slots."""
     if mode == "process":
         from oasr.engine.core_client import EngineCoreClient
         from oasr.engine.core_protocol import EngineCoreSpec
 
         level = logging.getLogger().getEffectiveLevel()
-        spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, quantization=quantization)
+        spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, streaming=streaming,
+                              quantization=quantization)
         return EngineCoreClient(spec, max_waiting=max_waiting)
     if mode == "thread":
         from oasr.engine.async_engine import AsyncEngine
         from oasr.models.loader import from_pretrained
 
         loaded = from_pretrained(model, device=device, dtype=dtype, quantization=quantization)
-        return AsyncEngine(loaded, config, max_waiting=max_waiting)
+        return AsyncEngine(loaded, config, max_waiting=max_waiting, streaming=streaming)
     raise ValueError(f"unknown engine mode {mode!r}; choose one of {', '.join(ENGINE_MODES)}")
 
 
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
           dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1,
-          replicas: ReplicaOptions | None = None, quantization: str | None = None) -> None:
+          replicas: ReplicaOptions | None = None, quantization: str | None = None,
+          streaming: StreamingConfig | None = None) -> None:
     """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
     (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
@@ -132,7 +136,7 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         from oasr.serving.workers import serve_workers
 
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
-                      quantization=quantization)
+                      quantization=quantization, streaming=streaming)
         return
 
     import uvicorn
@@ -144,7 +148,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             engine = start_replicas(model, replicas, device=device, dtype=dtype, quantization=quantization)
             described = f"{replicas.num_replicas} engine replicas on Ray"
         else:
-            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, quantization=quantization)
+            engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, quantization=quantization,
+                                  streaming=streaming)
             described = f"engine: {engine_mode}"
         try:
             log.info("serving %s on http://%s:%d (%s)", settings.served_model_name, host, port, described)

@@ -34,6 +34,7 @@ from multiprocessing.connection import wait
 
 from oasr.engine.config import EngineConfig
 from oasr.serving.settings import ServerSettings
+from oasr.streaming.types import StreamingConfig
 
 log = logging.getLogger(__name__)
 WORKER_STOP_S = 15.0  # a worker asked to stop gets this long (uvicorn's graceful shutdown is shorter)
@@ -43,7 +44,8 @@ PARENT_POLL_S = 1.0  # a worker looks this often whether the main process is sti
 def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int, api_workers: int,
                   device: str = "auto", dtype: str | None = None, config: EngineConfig | None = None,
                   cpu_threads: int | None = None, max_waiting: int = 1024,
-                  on_ready: threading.Event | None = None, quantization: str | None = None) -> None:
+                  on_ready: threading.Event | None = None, quantization: str | None = None,
+                  streaming: StreamingConfig | None = None) -> None:
     """Serves with ``api_workers`` worker processes until SIGINT or SIGTERM; returns once all have stopped."""
     from oasr.engine.core_client import SharedEngineCore
     from oasr.engine.core_protocol import EngineCoreSpec
@@ -52,7 +54,8 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
     if api_workers < 1:
         raise ValueError(f"api_workers must be >= 1, got {api_workers}")
     level = logging.getLogger().getEffectiveLevel()
-    spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, quantization=quantization)
+    spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, streaming=streaming,
+                          quantization=quantization)
     metrics_dir = tempfile.mkdtemp(prefix="oasr-metrics-")
     previous_env = os.environ.get(MULTIPROC_ENV)
     os.environ[MULTIPROC_ENV] = metrics_dir  # spawned workers inherit it before they import prometheus_client

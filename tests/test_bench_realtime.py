@@ -1,0 +1,97 @@
+"""``oasr bench realtime`` end to end on CPU: a real ``oasr serve`` of tiny.en, two sessions of one JFK turn each,
+sent eight times faster than real time. No timings are asserted, only the run's structure and invariants: every
+turn completed, no errors, latencies non-negative and ordered, the audio the clients sent is what the server
+counted, and each completed transcript is the offline transcript of what the server heard. The server-histogram
+reading (``histogram_quantile``) is pinned on fabricated buckets."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import oasr
+from oasr.audio import load_audio
+from oasr.bench.realtime import histogram_quantile, main
+from test_realtime import as_served, pcm16_24k
+
+JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
+NUM_SESSIONS, NUM_TURNS = 2, 1
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("bench-realtime")
+    shutil.copy(JFK, folder / "jfk.flac")
+    (folder / "manifest.jsonl").write_text(json.dumps({"audio": "jfk.flac"}) + "\n")
+    out = folder / "run.json"
+    status = main(["--model", "tiny.en", "--manifest", str(folder / "manifest.jsonl"), "--sessions",
+                   str(NUM_SESSIONS), "--turns-per-session", str(NUM_TURNS), "--speed", "8", "--stagger-s", "0.2",
+                   "--warmup-sessions", "0", "--device", "cpu", "--dtype", "float32", "--transcripts",
+                   "--json-out", str(out)])
+    result = json.loads(out.read_text())
+    assert status == 0, result["first_errors"]
+    return result
+
+
+def test_every_turn_completes_without_errors(run):
+    expected = NUM_SESSIONS * NUM_TURNS
+    assert run["clean"] is True
+    assert run["errors"] == 0 and run["first_errors"] == []
+    assert run["turns_started"] == run["turns_completed"] == run["turns_expected"] == expected
+    assert run["sessions_completed"] == NUM_SESSIONS
+    assert run["model_streams"] is False  # tiny.en transcribes a turn once it is committed
+    assert run["server"]["completion_s"]["count"] == expected
+    assert run["server"]["delta_s"]["count"] == 0  # only streamed deltas are observed there
+
+
+def test_the_audio_sent_is_the_audio_the_server_counted(run):
+    jfk_s = len(pcm16_24k(load_audio(JFK))) / 2 / 24_000
+    assert run["audio_s_streamed"] == pytest.approx(NUM_SESSIONS * NUM_TURNS * jfk_s, abs=1e-3)
+    assert run["server"]["audio_s_received"] == pytest.approx(run["audio_s_streamed"], abs=1e-3)
+
+
+def test_latencies_are_non_negative_and_a_first_delta_precedes_its_completion(run):
+    latency = run["latency_s"]
+    assert "delta_after_last_append" not in latency  # a streaming model's figure
+    for name in ("completion", "first_delta_after_commit", "first_partial"):
+        values = [latency[name][q] for q in ("p50", "p90", "p99")]
+        assert all(v is not None and v >= 0 for v in values), (name, values)
+        assert values == sorted(values), (name, values)
+    assert latency["first_delta_after_commit"]["p99"] <= latency["completion"]["p99"]
+    assert run["deltas"] >= NUM_SESSIONS * NUM_TURNS
+    server = run["server"]["completion_s"]
+    assert 0 <= server["p50"] <= server["p99"]
+    assert run["pacing"]["max_lateness_s"] >= 0 and run["pacing"]["late_appends"] >= 0
+    assert run["pacing"]["fell_behind"] == (run["pacing"]["sessions_behind"] > 0)
+
+
+def test_each_turn_is_transcribed_as_the_offline_engine_transcribes_what_the_server_heard(run, tiny_en):
+    heard = as_served(pcm16_24k(load_audio(JFK)))
+    expected = oasr.transcribe([heard], model=tiny_en)[0].text
+    assert "ask not what your country can do for you" in expected.lower()
+    transcripts = run["transcripts"]
+    assert [(t["session"], t["turn"]) for t in transcripts] == [(s, 0) for s in range(NUM_SESSIONS)]
+    assert all(t["clip"] == "jfk.flac" for t in transcripts)
+    assert [t["transcript"] for t in transcripts] == [expected] * NUM_SESSIONS
+
+
+def test_histogram_quantiles_interpolate_within_their_bucket():
+    buckets = [(0.1, 2.0), (0.5, 6.0), (1.0, 10.0), (math.inf, 10.0)]
+    assert histogram_quantile(buckets, 0.1) == pytest.approx(0.05)  # rank 1 of 2 in [0, 0.1]
+    assert histogram_quantile(buckets, 0.5) == pytest.approx(0.4)  # rank 5: 3 of 4 into [0.1, 0.5]
+    assert histogram_quantile(buckets, 0.99) == pytest.approx(0.5 + 0.5 * 3.9 / 4)
+    assert histogram_quantile([(0.1, 0.0), (1.0, 1.0), (math.inf, 3.0)], 0.99) == 1.0  # in +Inf: the last bound
+    assert histogram_quantile([(0.1, 0.0), (math.inf, 0.0)], 0.5) is None
+    assert histogram_quantile([], 0.5) is None
+
+
+def test_the_cli_routes_oasr_bench_realtime_to_its_own_arguments():
+    out = subprocess.run([sys.executable, "-m", "oasr.cli", "bench", "realtime", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "oasr bench realtime" in out and "--nemotron-shape" in out and "--sessions" in out
