@@ -134,6 +134,23 @@ def test_engine_tokens_equal_transformers_generate(directory: Path, loaded, lang
     assert {outputs[f"r{i}"].language for i in range(len(audio))} == {language}
 
 
+def test_engine_tokens_equal_transformers_generate_for_prompts_of_nearly_one_length(directory: Path, loaded) -> None:
+    """An encode batch whose prompts run as one group although their lengths are not in the batch's order (the
+    shorter audio has the longer prompt, through its context): each row keeps its own prompt, audio and slot."""
+    from oasr.engine.prompt_pass import length_groups
+
+    audio = audio_batch((2.6, 2.9), seed=3)
+    options = [DecodeOptions(prompt="cats, dogs", max_new_tokens=MAX_NEW), DecodeOptions(max_new_tokens=MAX_NEW)]
+    engine = engine_for(loaded)
+    lengths = [engine.runner.prompt_len_for(o, len(a)) for o, a in zip(options, audio)]
+    assert lengths[0] > lengths[1] and length_groups(lengths[::-1]) == [[1, 0]], lengths  # batched longest audio first
+    expected = [*reference_generate(directory, audio[:1], context="cats, dogs", max_new_tokens=MAX_NEW),
+                *reference_generate(directory, audio[1:], max_new_tokens=MAX_NEW)]
+    assert expected[0] != expected[1]
+    outputs = {o.request_id: o for o in engine.run((f"r{i}", a, o) for i, (a, o) in enumerate(zip(audio, options)))}
+    assert [outputs["r0"].token_ids, outputs["r1"].token_ids] == expected
+
+
 def test_output_head_gives_the_language_code_and_only_the_text(loaded) -> None:
     tokenizer = loaded.tokenizer
     prompter = engine_for(loaded).runner.prompter

@@ -129,6 +129,8 @@ class PromptPass:
         r = self.runner
         lengths = [len(p.token_ids) for p in prompts]
         groups = [list(range(len(prompts)))] if audio is None else length_groups(lengths)
+        if len(groups) == 1:  # one group runs the rows in their own order (length_groups sorts them)
+            groups = [list(range(len(prompts)))]
         picked = torch.cat([self._prompt_group(members, prompts, slots, cross, audio, whole=len(groups) == 1)
                             for members in groups])  # [B, 2, d] in group order
         if len(groups) > 1:
