@@ -155,6 +155,8 @@ class ConvSubsampling(nn.Module):
             else:
                 x = x.relu_()
         b, num_frames, num_freqs, channels = x.shape
+        if self.linear.quant_gemm is not None:  # quantized weights are not reordered: the input is, to channel-major
+            return self.linear(x.transpose(2, 3).reshape(b, num_frames, channels * num_freqs)), lengths
         x = F.linear(x.reshape(b, num_frames, num_freqs * channels), self.frequency_major_linear_weight(),
                      self.linear.bias)
         return x, lengths
