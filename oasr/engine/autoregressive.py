@@ -49,7 +49,6 @@ from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutpu
 from oasr.engine.uploads import upload, upload_tensor
 from oasr.errors import UnsupportedOptionError
 from oasr.kernels import paged_attention
-from oasr.layers import CachedSelfAttention
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
@@ -111,7 +110,7 @@ class AutoregressiveRunner:
         self.use_graphs = config.runner.cuda_graphs and self.device.type == "cuda"
         self._kernel_decode = self.use_graphs and paged_attention.supported(
             torch.empty(1, self.spec.num_heads, self.spec.head_dim, device=self.device)) and any(
-            isinstance(m, CachedSelfAttention) and m.use_kernel for m in self.model.modules())
+            getattr(type(m), "KERNEL_OP", None) == "paged_attention" and m.use_kernel for m in self.model.modules())
         self._graphs: dict[tuple[int, int, bool, bool], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
         self._graph_pool = torch.cuda.graph_pool_handle() if self.use_graphs else None
         max_steps = max(config.scheduler.decode_steps_per_tick, config.scheduler.combined_decode_steps)

@@ -60,7 +60,9 @@ class GroupedQueryAttention(nn.Module):
         the cache's layers -> [B, T, hidden]."""
         cos, sin = rotary
         v = self._heads(x, self.v_proj, self.num_kv_heads, None)
-        if self.qk_norm and self.use_kernel and rms_norm.supported(x):  # norm + rotation + transpose in one pass
+        fused = (self.qk_norm and self.q_norm.use_kernel and rms_norm.supported(x)
+                 and not torch.compiler.is_compiling())
+        if fused:  # norm + rotation + transpose in one pass
             b, t, _ = x.shape
             q = rms_norm.rms_norm_rotary(self.q_proj(x).view(b, t, self.num_heads, self.head_dim), self.q_norm.weight,
                                          self.q_norm.eps, cos, sin)
