@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.settings import ServerSettings
 from oasr.transcribe_command import StdoutError, output_names, write_output  # noqa: F401 (oasr.cli's names too)
@@ -19,11 +20,8 @@ from oasr.vad import VAD_DETECTORS
 if TYPE_CHECKING:
     from oasr.scale.ray_replicas import ReplicaOptions
 
-QUANTIZATION_METHODS = ("fp8", "int8")
-
-
 def _add_quantization(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quantization", default=None, choices=QUANTIZATION_METHODS,
+    p.add_argument("--quantization", default=None, choices=QUANT_METHODS.names(),
                    help="quantize a full-precision checkpoint's GEMMs at load: W8A8 fp8 (CUDA 8.9+, dequantized on "
                    "CPU) or int8 with SmoothQuant calibrated on the bundled sample (see docs/quantization.md); a "
                    "checkpoint written by 'oasr quantize' is quantized already and needs no flag")
@@ -188,7 +186,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
                        "declares. See docs/quantization.md.")
     p.add_argument("source", help="model name or directory (full precision)")
     p.add_argument("destination", type=Path)
-    p.add_argument("--method", required=True, choices=QUANTIZATION_METHODS)
+    p.add_argument("--method", required=True, choices=QUANT_METHODS.names())
     p.add_argument("--calibration", type=Path, default=None, metavar="MANIFEST",
                    help="int8: a JSON Lines file of {\"audio\": PATH} to calibrate the smoothing on (PATH relative "
                    "to the manifest's directory); default: the bundled sample oasr/assets/jfk.flac")

@@ -48,7 +48,7 @@ class StreamRouter:
             try:
                 if isinstance(message, PushAudio):
                     if audio is None:
-                        raise TypeError("PushAudio without its audio frame")
+                        raise ValueError("PushAudio without its audio frame")
                     self.engine.push(message.stream_id, audio)
                 else:
                     self.engine.close(message.stream_id)

@@ -126,8 +126,8 @@ if triton is not None:
     @triton.jit
     def _attend_blocks(q, k_pool, v_pool, table, num_positions, head, pool_stride, best, total, acc,
                        HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One row's and (key/value) head's online softmax over positions [0, num_positions) of its block table, a tile of
-        BLOCK_N at a time, read in place; carries (running maximum, weight total, weighted values)."""
+        """One row's and (key/value) head's online softmax over positions [0, num_positions) of its block table, a
+        tile of BLOCK_N at a time, read in place; carries (running maximum, weight total, weighted values)."""
         d = tl.arange(0, HEAD_DIM)
         for start in range(0, num_positions, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)

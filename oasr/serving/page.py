@@ -7,6 +7,7 @@ calls it makes to /v1 do, and it sends the key typed into it.
 from __future__ import annotations
 
 from importlib import resources
+from types import MappingProxyType
 
 from fastapi import APIRouter
 from starlette.responses import Response
@@ -14,26 +15,26 @@ from starlette.responses import Response
 from oasr.serving.protocol import APIError
 
 # Each file the page may load, with its media type; nothing else under static/ is served.
-STATIC_FILES = {
+STATIC_FILES = MappingProxyType({
     "index.html": "text/html; charset=utf-8",
     "page.css": "text/css; charset=utf-8",
     "page.js": "text/javascript; charset=utf-8",
     "capture-worklet.js": "text/javascript; charset=utf-8",
-}
+})
 # Scripts, styles and sockets from this server only; the page is never framed by another site.
-_HEADERS = {
+_HEADERS = MappingProxyType({
     "Content-Security-Policy": "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
                                "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
-}
+})
 
 
 def static_file(name: str) -> Response:
     if name not in STATIC_FILES:
         raise APIError(404, f"Unknown request URL: GET /static/{name[:128]}.")
     body = resources.files("oasr.serving").joinpath("static", name).read_bytes()
-    return Response(body, media_type=STATIC_FILES[name], headers=_HEADERS)
+    return Response(body, media_type=STATIC_FILES[name], headers=dict(_HEADERS))
 
 
 def add_page_routes(router: APIRouter) -> None:
