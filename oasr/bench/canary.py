@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from oasr.bench.parakeet import profile_oasr, synthetic_audio, sync
+from oasr.bench.rounds import alternate, report
 
 LANGUAGES = ("en", "de", "fr", "es")
 # The ids of the first special tokens follow canary-1b-v2's vocabulary (pad 2, end 3, start of transcript 4,
@@ -152,32 +152,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             profile_oasr(run_oasr, args.profile)
         return
-    for batch_size in args.peer_batch_sizes:
-        peer(batch_size)
-    our_times, peer_times, best = [], {b: [] for b in args.peer_batch_sizes}, None
-    for _ in range(args.rounds):
-        seconds, ours = run_oasr()
-        our_times.append(seconds)
-        for batch_size in args.peer_batch_sizes:
-            seconds, ids = peer(batch_size)
-            peer_times[batch_size].append(seconds)
-            if best is None or seconds < best[0]:
-                best = (seconds, ids, batch_size)
-    our_seconds = min(our_times)
-    their_seconds, their_ids, their_batch = best
-    same = float(np.mean([ours[f"r{i}"] == ids for i, ids in enumerate(their_ids)]))
-    print(json.dumps({
-        "arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
-        "audio_seconds": round(audio_s, 1), "output_tokens": args.output_tokens,
-        "oasr": {"seconds": round(our_seconds, 3), "audio_seconds_per_second": round(audio_s / our_seconds, 1),
-                 "rounds": [round(t, 3) for t in our_times]},
-        "transformers": {"seconds": round(their_seconds, 3), "batch_size": their_batch,
-                         "audio_seconds_per_second": round(audio_s / their_seconds, 1),
-                         "rounds": {b: [round(t, 3) for t in ts] for b, ts in peer_times.items()}},
-        "speedup": round(their_seconds / our_seconds, 2),
-        "identical_outputs": same,
-    }, indent=2))
-
+    header = {"arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
+              "audio_seconds": round(audio_s, 1), "output_tokens": args.output_tokens}
+    print(json.dumps(report(header, alternate(run_oasr, peer, args.peer_batch_sizes, args.rounds), audio_s), indent=2))
 
 if __name__ == "__main__":
     main()
