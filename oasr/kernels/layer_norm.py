@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from oasr.kernels.runtime import triton_runs_on
+from oasr.kernels.runtime import residual_rows, triton_runs_on
 
 try:
     import triton
@@ -42,16 +42,7 @@ def add_layer_norm(
     if not supported(x):
         return add_layer_norm_reference(x, delta, weight, bias, eps, alpha)
     dim = x.shape[-1]
-    rows = x.reshape(-1, dim)
-    if not rows.is_contiguous():
-        rows = rows.contiguous()
-    normed = torch.empty_like(rows)
-    if delta is None:
-        total = rows
-    else:
-        delta = delta.reshape(-1, dim)
-        delta = delta if delta.is_contiguous() else delta.contiguous()
-        total = torch.empty_like(rows)
+    rows, delta, total, normed = residual_rows(x, delta)
     block = triton.next_power_of_2(dim)
     _add_layer_norm_kernel[(rows.shape[0],)](
         rows, delta if delta is not None else rows, weight if weight is not None else rows,
