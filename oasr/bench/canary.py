@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from oasr.bench.parakeet import profile_oasr, synthetic_audio, sync
-from oasr.bench.rounds import alternate, report
+from oasr.bench.rounds import add_engine_arguments, alternate, report
 
 LANGUAGES = ("en", "de", "fr", "es")
 # The ids of the first special tokens follow canary-1b-v2's vocabulary (pad 2, end 3, start of transcript 4,
@@ -97,24 +97,8 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default="canary-1b-v2", choices=sorted(CANARY_SHAPES))
-    parser.add_argument("--num-utterances", type=int, default=1024)
-    parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[64, 128, 256])
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    # Offline throughput: a 32-layer encoder wants big batches, also beside running decodes (the serving
-    # defaults, 16 rows beside decodes, favour a newcomer's latency instead).
-    parser.add_argument("--max-encode-rows", type=int, default=256)
-    parser.add_argument("--max-combined-encode-rows", type=int, default=256)
-    parser.add_argument("--min-combined-encode-rows", type=int, default=64)
-    # Decode steps between two reads of the tokens: each read empties the device's queue while the host works.
-    parser.add_argument("--decode-steps-per-tick", type=int, default=8)
-    parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
+    add_engine_arguments(parser)
     parser.add_argument("--compile-encoder", action="store_true", help="torch.compile the encoder (CUDA)")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="with --skip-peer: also print the N ops that took the most device time")
-    parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     args = parser.parse_args(argv)
     device = pick_device(args.device)
     dtype = pick_dtype(None if args.dtype == "auto" else args.dtype, device)

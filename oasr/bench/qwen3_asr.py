@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from oasr.bench.parakeet import profile_oasr, sync, synthetic_audio
-from oasr.bench.rounds import alternate, report
+from oasr.bench.rounds import add_engine_arguments, alternate, report
 
 # Qwen3-ASR's special tokens at the ids its vocabulary gives them (after Qwen2's 151,643 BPE pieces); OASR finds
 # each by name, transformers' config carries the audio, pad and end ids.
@@ -126,21 +126,8 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default="qwen3-asr-1.7b", choices=sorted(QWEN3_ASR_SHAPES))
-    parser.add_argument("--num-utterances", type=int, default=1024)
-    parser.add_argument("--output-tokens", type=int, default=32)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[64, 128, 256])
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-encode-rows", type=int, default=256)
-    parser.add_argument("--max-combined-encode-rows", type=int, default=256)
-    parser.add_argument("--min-combined-encode-rows", type=int, default=64)
-    parser.add_argument("--decode-steps-per-tick", type=int, default=8)
+    add_engine_arguments(parser)
     parser.add_argument("--backend", default="kernels", choices=("torch", "kernels"))
-    parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
-    parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="with --skip-peer: also print the N ops that took the most device time")
-    parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     parser.add_argument("--max-positions", type=int, default=None,
                         help="the language model's positions (default: the shape's); bounds a request served later")
     parser.add_argument("--keep", type=Path, default=None, metavar="DIR",

@@ -7,11 +7,34 @@ reported, with the share of requests whose tokens equal OASR's.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options the autoregressive model benches share: the workload, the device, the peer's batch sizes, the
+    engine's scheduler, and how the rounds run."""
+    parser.add_argument("--num-utterances", type=int, default=1024)
+    parser.add_argument("--output-tokens", type=int, default=32)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    # Offline throughput: a deep encoder wants big batches, also beside running decodes (the serving defaults, 16
+    # rows beside decodes, favour a newcomer's latency instead).
+    parser.add_argument("--max-encode-rows", type=int, default=256)
+    parser.add_argument("--max-combined-encode-rows", type=int, default=256)
+    parser.add_argument("--min-combined-encode-rows", type=int, default=64)
+    # Decode steps between two reads of the tokens: each read empties the device's queue while the host works.
+    parser.add_argument("--decode-steps-per-tick", type=int, default=8)
+    parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="with --skip-peer: also print the N ops that took the most device time")
+    parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
+
 
 OurRun = Callable[[], tuple[float, dict[str, list[int]]]]  # -> (seconds, tokens by request id "r{i}")
 PeerRun = Callable[[int], tuple[float, list[list[int]]]]  # batch size -> (seconds, tokens in input order)
