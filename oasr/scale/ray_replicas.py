@@ -85,7 +85,7 @@ class EngineReplica:
         if spec.cpu_threads is not None:  # else Ray's: one thread per CPU the actor reserves
             torch.set_num_threads(spec.cpu_threads)
         loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
-        self.engine = AsyncEngine(loaded, spec.config, max_waiting=max_waiting)
+        self.engine = AsyncEngine(loaded, spec.config, max_waiting=max_waiting, live_streams=False)
 
     def info(self) -> EngineInfo:
         loaded = self.engine.loaded
@@ -200,7 +200,7 @@ class RayReplicaSet:
             encode, decode = encode + r.engine.encode_batch_sizes, decode + r.engine.decode_batch_sizes
         return EngineStats(sum(s.num_waiting for s in up), sum(s.num_running for s in up),
                            sum(s.kv_blocks_used for s in up), sum(s.kv_blocks_total for s in up),
-                           sum(s.num_slots for s in up), encode, decode, replicas)
+                           sum(s.num_slots for s in up), encode, decode, replicas=replicas)
 
     async def check(self, options: DecodeOptions) -> None:
         """Asks a replica (once per distinct option set) whether the model serves ``options``."""
