@@ -47,9 +47,11 @@ class _Stream:
 
 class AsyncEngine:
     def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *, max_waiting: int = 1024,
-                 streaming: StreamingConfig | None = None) -> None:
-        self.streaming = StreamingEngine(loaded, streaming, config) \
-            if capabilities_of(type(loaded.model)).streaming is not None else None
+                 streaming: StreamingConfig | None = None, live_streams: bool = True) -> None:
+        # A streaming model's engine holds stream slots unless its owner serves whole requests only (live_streams
+        # False: a Ray replica), which then cost no memory.
+        streams = live_streams and capabilities_of(type(loaded.model)).streaming is not None
+        self.streaming = StreamingEngine(loaded, streaming, config) if streams else None
         self.engine = self.streaming.offline if self.streaming is not None else ASREngine(loaded, config)
         self._router = StreamRouter(self.streaming, loaded.name)
         self._live: dict[str, LiveStream] = {}
