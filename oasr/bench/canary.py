@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from oasr.bench.parakeet import profile_oasr, synthetic_audio, sync
-from oasr.bench.rounds import add_engine_arguments, alternate, report
+from oasr.bench.rounds import add_engine_arguments, alternate, report, timed_engine_run
 
 LANGUAGES = ("en", "de", "fr", "es")
 # The ids of the first special tokens follow canary-1b-v2's vocabulary (pad 2, end 3, start of transcript 4,
@@ -117,11 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     reference = reference.to(device=device, dtype=dtype)
 
     def run_oasr() -> tuple[float, dict[str, list[int]]]:
-        sync(device)
-        start = time.perf_counter()
-        out = {o.request_id: o.token_ids for o in engine.run((f"r{i}", a, options) for i, a in enumerate(audio))}
-        sync(device)
-        return time.perf_counter() - start, out
+        return timed_engine_run(engine, audio, options, device)
 
     def peer(batch_size: int):
         return run_transformers(reference, audio, prompt, batch_size=batch_size, tokens=args.output_tokens,

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from oasr.bench.parakeet import profile_oasr, sync, synthetic_audio
-from oasr.bench.rounds import add_engine_arguments, alternate, report
+from oasr.bench.rounds import add_engine_arguments, alternate, report, timed_engine_run
 
 # Qwen3-ASR's special tokens at the ids its vocabulary gives them (after Qwen2's 151,643 BPE pieces); OASR finds
 # each by name, transformers' config carries the audio, pad and end ids.
@@ -153,11 +153,7 @@ def main(argv: list[str] | None = None) -> None:
                for n in frames]
 
     def run_oasr() -> tuple[float, dict[str, list[int]]]:
-        sync(device)
-        start = time.perf_counter()
-        out = {o.request_id: o.token_ids for o in engine.run((f"r{i}", a, options) for i, a in enumerate(audio))}
-        sync(device)
-        return time.perf_counter() - start, out
+        return timed_engine_run(engine, audio, options, device)
 
     def peer(batch_size: int):
         return run_transformers(reference, audio, prompts, batch_size=batch_size, tokens=args.output_tokens,

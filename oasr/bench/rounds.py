@@ -36,6 +36,20 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
 
 
+def timed_engine_run(engine, audio: Sequence, options, device) -> tuple[float, dict[str, list[int]]]:
+    """One pass of ``audio`` through ``engine`` (requests "r0", "r1", ...) -> (seconds, tokens by request id),
+    timed between device synchronisations."""
+    import time
+
+    from oasr.bench.parakeet import sync
+
+    sync(device)
+    start = time.perf_counter()
+    out = {o.request_id: o.token_ids for o in engine.run((f"r{i}", a, options) for i, a in enumerate(audio))}
+    sync(device)
+    return time.perf_counter() - start, out
+
+
 OurRun = Callable[[], tuple[float, dict[str, list[int]]]]  # -> (seconds, tokens by request id "r{i}")
 PeerRun = Callable[[int], tuple[float, list[list[int]]]]  # batch size -> (seconds, tokens in input order)
 
