@@ -28,12 +28,19 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--quantization", choices=("fp8", "int8"), help="quantize the encoder's GEMMs first")
+    parser.add_argument("--profile", action="store_true", help="print the CUDA kernels of one forward, by time")
     args = parser.parse_args()
     import triton.testing
 
     config = WHISPER_SHAPES[args.arch]
     dtype = getattr(torch, args.dtype)
-    model = ARCHITECTURES.get("whisper").from_config(config).to("cuda", dtype).eval()
+    model = ARCHITECTURES.get("whisper").from_config(config).eval()
+    if args.quantization:  # on the host, as loading does; the quantized layers move with the model
+        from oasr.quantization.apply import method_named, quantizable, quantize_weights
+
+        quantize_weights(model, method_named(args.quantization), tuple(quantizable(model)))
+    model = model.to("cuda", dtype)
     features = torch.randn(args.batch, config.num_mel_bins, 3000, device="cuda", dtype=dtype)
     encoder = model.model.encoder
     variants = {
@@ -51,6 +58,11 @@ def main() -> None:
                 print(f"{name:10s} {ms:8.2f} ms  {total / ms / 1e9:6.0f} TFLOP/s")
             except RuntimeError as exc:
                 print(f"{name:10s} failed: {str(exc)[:100]}")
+        if args.profile:
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                encoder(features)
+                torch.cuda.synchronize()
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=20, max_name_column_width=70))
         if args.compile:
             compiled = torch.compile(encoder, mode="max-autotune-no-cudagraphs")
             compiled(features)

@@ -33,7 +33,8 @@ def _time_ms(fn, repeats: int = 50) -> float:
 
 def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'gemm':6s} {'rows':>6s} {'fp16 ms':>9s} {'fp8 ms':>9s} {'int8 ms':>9s}")
+    print(f"{'gemm':6s} {'rows':>6s} {'fp16 ms':>9s} {'fp8 ms':>9s} {'int8 ms':>9s} {'q torch':>9s} {'q kernel':>9s}")
+    fp8 = method_named("fp8")
     with torch.inference_mode():
         for name, k, n in SHAPES:
             layers = {}
@@ -47,6 +48,8 @@ def main() -> None:
             for rows in ROWS:
                 x = torch.randn(rows, k, device="cuda", dtype=torch.float16)
                 times = [_time_ms(lambda layer=layer: layer(x)) for layer in layers.values()]
+                # The activation's quantization alone: torch's passes, and the one-pass kernel the lanes use.
+                times += [_time_ms(lambda: fp8.quantize_activation(x)), _time_ms(lambda: fp8.quantize_activation_fused(x))]
                 print(f"{name:6s} {rows:6d} " + " ".join(f"{t:9.4f}" for t in times))
 
 

@@ -48,6 +48,6 @@ class Fp8Method(QuantMethod):
             bias: torch.Tensor | None) -> torch.Tensor:
         if lane != "scaled_mm":
             return super().run(lane, x, weight, scale, bias)
-        qx, sx = self.quantize_activation(x)
+        qx, sx = self.quantize_activation_fused(x)
         out = torch._scaled_mm(qx, weight.t(), scale_a=sx, scale_b=scale.view(1, -1), out_dtype=x.dtype)
-        return out if bias is None else out + bias
+        return out if bias is None else out.add_(bias)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from oasr.kernels import w8a8
 from oasr.quantization import QUANT_METHODS
 from oasr.quantization.method import QuantMethod, cuda_capability
 
@@ -48,11 +49,14 @@ class Int8Method(QuantMethod):
             bias: torch.Tensor | None) -> torch.Tensor:
         if lane != "int_mm":
             return super().run(lane, x, weight, scale, bias)
-        qx, sx = self.quantize_activation(x)
+        qx, sx = self.quantize_activation_fused(x)
         rows = qx.shape[0]
         if qx.is_cuda and rows < _INT_MM_MIN_ROWS:
             qx = torch.cat([qx, qx.new_zeros(_INT_MM_MIN_ROWS - rows, qx.shape[1])])
-        out = torch._int_mm(qx, weight.t())[:rows].float() * sx * scale
+        acc = torch._int_mm(qx, weight.t())
+        if w8a8.triton_runs_on(acc):
+            return w8a8.dequantize_int32(acc, sx, scale, bias, x.dtype)
+        out = acc[:rows].float() * sx * scale
         if bias is not None:
             out = out + bias.float()
         return out.to(x.dtype)

@@ -16,11 +16,12 @@ from typing import ClassVar
 import torch
 
 from oasr.errors import UnsupportedQuantizationError
+from oasr.kernels import w8a8
 
 # Float dtypes a quantized layer's activations may arrive in; its output comes back in the same dtype.
 SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Rows whose largest magnitude is below this are scaled as if it were this (an all-zero row stays zero).
-_MIN_AMAX = 1e-12
+_MIN_AMAX = w8a8.MIN_AMAX  # the kernel floors its scales alike
 
 
 class QuantMethod(ABC):
@@ -49,6 +50,12 @@ class QuantMethod(ABC):
         xf = x.float()
         scale = self._scale(xf, 1)
         return self._cast(xf / scale), scale
+
+    def quantize_activation_fused(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``quantize_activation`` in one kernel where Triton runs (the device lanes), with the same numbers."""
+        if w8a8.supported(x, self.storage_dtype):
+            return w8a8.quantize_rows(x, self.storage_dtype, self.qmax)
+        return self.quantize_activation(x)
 
     def reference(self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
                   float_weight: torch.Tensor | None = None) -> torch.Tensor:

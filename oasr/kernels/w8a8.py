@@ -1,0 +1,120 @@
+"""The passes around a W8A8 GEMM: the activation's per-row (per-token) dynamic quantization before it, and for
+int8 the rescaling of its int32 sums after it, each in one kernel.
+
+In torch the activation's quantization is seven passes over it (cast to float32, absolute value, row maximum,
+clamp, divide, saturate, cast); at an encoder's row counts they cost as much as the fp8 GEMM they feed. This
+kernel reads each row once and writes its quantized values and its float32 scale.
+
+``dequantize_int32``: torch's ``acc.float() * x_scale * w_scale + bias`` cast to the output dtype is five passes
+over an int32/float32 product as large as the output; here it is one, with the same float32 operations (a
+multiply-add may be contracted, so the last bit can differ).
+
+The quantization's numbers are ``QuantMethod.quantize_activation``'s: scale = max(|row|, 1e-12) / qmax in float32, values
+divided by it with IEEE division (``div_rn``), then saturated and rounded half to even to the storage dtype, in
+float32 arithmetic before the (then exact) conversion: int8 by adding and subtracting 1.5 * 2**23; e4m3 by
+rounding a normal value's mantissa to its top three bits on the integer bits, and a subnormal one (below 2**-6)
+to a multiple of 2**-9. Triton's interpreter (3.9) rounds some values to the power of two below when it converts
+to e4m3 itself; done this way, the interpreter and the device agree with torch bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oasr.kernels.runtime import triton_runs_on
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the torch path serves
+    triton = None
+
+MIN_AMAX = 1e-12
+_ROUNDER = 12582912.0  # 1.5 * 2**23: float32 addition rounds to an integer for |v| < 2**22
+
+
+def supported(x: torch.Tensor, storage_dtype: torch.dtype) -> bool:
+    return triton_runs_on(x) and storage_dtype in (torch.float8_e4m3fn, torch.int8) and x.dim() == 2
+
+
+def quantize_rows(x: torch.Tensor, storage_dtype: torch.dtype, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] (float16, bfloat16 or float32) -> (values [M, K] in ``storage_dtype``, float32 scales [M, 1])."""
+    rows = x if x.is_contiguous() else x.contiguous()
+    m, k = rows.shape
+    out = torch.empty((m, k), dtype=storage_dtype, device=x.device)
+    scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    if m == 0:
+        return out, scale
+    # Tiles of a few rows by at most 512 columns; a wider row is read in chunks twice (its maximum, then its
+    # values; the second read comes from L2). One program per row left most of each program idle.
+    block_k = min(triton.next_power_of_2(k), 512)
+    block_m = max(1, 2048 // block_k)
+    _quantize_rows_kernel[(triton.cdiv(m, block_m),)](
+        rows, out, scale, m, k, qmax, MIN_AMAX, _ROUNDER, INTEGER=storage_dtype == torch.int8,
+        BLOCK_M=block_m, BLOCK_K=block_k, NUM_CHUNKS=triton.cdiv(k, block_k), num_warps=4)
+    return out, scale
+
+
+def dequantize_int32(acc: torch.Tensor, x_scale: torch.Tensor, w_scale: torch.Tensor, bias: torch.Tensor | None,
+                     dtype: torch.dtype) -> torch.Tensor:
+    """acc int32 [M, N] (rows beyond ``x_scale``'s are dropped), x_scale float32 [M, 1], w_scale float32 [N],
+    bias [N] or None -> (acc * x_scale * w_scale + bias) [M, N] in ``dtype``."""
+    m, n = x_scale.shape[0], acc.shape[1]
+    out = torch.empty((m, n), dtype=dtype, device=acc.device)
+    if m == 0:
+        return out
+    block_n = min(triton.next_power_of_2(n), 1024)
+    block_m = max(1, 4096 // block_n)
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
+    _dequantize_int32_kernel[grid](acc, x_scale, w_scale, bias if bias is not None else w_scale, out, m, n,
+                                   acc.stride(0), HAS_BIAS=bias is not None, BLOCK_M=block_m, BLOCK_N=block_n,
+                                   num_warps=4)
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _dequantize_int32_kernel(acc_ptr, xs_ptr, ws_ptr, bias_ptr, out_ptr, num_rows, num_cols, acc_stride,
+                                 HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        inside = (rows < num_rows)[:, None] & (cols < num_cols)[None, :]
+        acc = tl.load(acc_ptr + rows[:, None] * acc_stride + cols[None, :], mask=inside, other=0).to(tl.float32)
+        xs = tl.load(xs_ptr + rows, mask=rows < num_rows, other=0.0)
+        ws = tl.load(ws_ptr + cols, mask=cols < num_cols, other=0.0)
+        y = acc * xs[:, None] * ws[None, :]
+        if HAS_BIAS:
+            y = y + tl.load(bias_ptr + cols, mask=cols < num_cols, other=0.0).to(tl.float32)[None, :]
+        tl.store(out_ptr + rows[:, None] * num_cols + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=inside)
+
+    @triton.jit
+    def _quantize_rows_kernel(x_ptr, out_ptr, scale_ptr, num_rows, dim, qmax, min_amax, rounder,
+                              INTEGER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                              NUM_CHUNKS: tl.constexpr):
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+        live = rows < num_rows
+        cols = tl.arange(0, BLOCK_K)
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for chunk in tl.static_range(NUM_CHUNKS):
+            c = chunk * BLOCK_K + cols
+            inside = live[:, None] & (c < dim)[None, :]
+            x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
+        scale = tl.math.div_rn(tl.maximum(amax, min_amax), qmax)
+        tl.store(scale_ptr + rows, scale, mask=live)
+        for chunk in tl.static_range(NUM_CHUNKS):
+            c = chunk * BLOCK_K + cols
+            inside = live[:, None] & (c < dim)[None, :]
+            x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
+            scaled = tl.math.div_rn(x, scale[:, None])
+            scaled = tl.minimum(tl.maximum(scaled, -qmax), qmax)
+            if INTEGER:
+                scaled = (scaled + rounder) - rounder
+            else:
+                bits = scaled.to(tl.int32, bitcast=True)
+                bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -0x100000  # round to 3 mantissa bits, half to even
+                normal = bits.to(tl.float32, bitcast=True)
+                subnormal = ((scaled * 512.0 + rounder) - rounder) / 512.0
+                scaled = tl.where(tl.abs(scaled) < 0.015625, subnormal, normal)
+            tl.store(out_ptr + rows[:, None] * dim + c[None, :], scaled.to(out_ptr.dtype.element_ty), mask=inside)
