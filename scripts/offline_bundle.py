@@ -118,7 +118,8 @@ def main() -> None:
     b = sub.add_parser("build")
     b.add_argument("--out", required=True)
     b.add_argument("--models", nargs="*", default=["tiny.en"], choices=sorted(EMBEDDED_PACKAGES))
-    b.add_argument("--extras", nargs="*", default=["eval"], help="optional-dependency groups to include")
+    b.add_argument("--extras", nargs="*", default=["eval", "vad"],
+                   help="optional-dependency groups to include (vad: realtime server VAD's Silero weights)")
     b.add_argument("--skip", nargs="*", default=[], help="packages the host already has")
     b.add_argument("--python-version", default="3.12")
     b.add_argument("--part-mib", type=int, default=60)

@@ -392,6 +392,35 @@ def test_a_dropped_socket_cancels_its_turn_in_flight():
     assert serving.num_cancelled == 1
 
 
+def test_without_the_vad_package_sessions_open_in_commit_mode_and_turning_vad_on_is_an_error(monkeypatch):
+    """No ``silero-vad`` installed: the session opens with manual commits (``turn_detection`` null), asking for
+    server VAD gets an ``error`` event naming the field, and a committed turn is still transcribed."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "silero_vad" else real(name, *a))
+    serving = FakeServing("ok")
+    hold = asyncio.Event()
+    audio = base64.b64encode(bytes(4800)).decode()
+    events = [ga_update({"turn_detection": {"type": "server_vad"}}), {"type": "input_audio_buffer.append", "audio": audio},
+              {"type": "input_audio_buffer.commit"}]
+
+    async def run():
+        socket = FakeSocket(events, hold)
+        task = asyncio.create_task(connection(socket, serving).run())
+        await until(lambda: any(e["type"].endswith("completed") for e in socket.sent), task)
+        hold.set()
+        await task
+        return socket.sent
+
+    sent = asyncio.run(run())
+    assert sent[0]["type"] == "session.created"
+    assert sent[0]["session"]["audio"]["input"]["turn_detection"] is None
+    assert sent[1]["type"] == "error" and sent[1]["error"]["param"] == "turn_detection"
+    assert "pip install silero-vad" in sent[1]["error"]["message"]
+    assert sent[-1]["transcript"] == "Hello world."
+
+
 def test_the_host_check_refuses_a_socket_for_another_host_before_it_opens():
     """A page that rebinds its DNS name to 127.0.0.1 opens its socket with its own name in Host."""
     from oasr.serving.hosts import AllowedHostsMiddleware

@@ -41,7 +41,7 @@ import numpy as np
 
 from oasr.bench.realtime_client import ENGINE_RATE, LoadPlan, SessionRecord, Utterance, run_load, utterance
 from oasr.bench.serve_load import manifest_rows, percentiles
-from oasr.bench.server_process import free_port, running_server, serve_command
+from oasr.bench.server_process import free_port, running_server, serve_command, tail
 
 NEMOTRON_ARCH = "nemotron-streaming-0.6b"
 NUM_SYNTHETIC_CLIPS = 8
@@ -165,7 +165,8 @@ def bench(args: argparse.Namespace) -> dict:
             records, _ = asyncio.run(run_load(warmup))
             failures = [e for r in records for e in r.errors]
             if failures:
-                raise RuntimeError(f"the warm-up failed: {failures[:3]}; server log:\n{log_path}")
+                raise RuntimeError(f"the warm-up failed: {failures[:3]}; the server log ({log_path}) ends:\n"
+                                   f"{tail(log_path)}")
         before = scrape(url)
         records, wall_s = asyncio.run(run_load(plan))
         after = scrape(url)

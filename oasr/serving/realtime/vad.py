@@ -31,10 +31,11 @@ class DetectorHandle:
         with self._lock:
             if self._detector is None:
                 from oasr.vad import load_detector
+                from oasr.vad.silero_checkpoint import MissingVADPackageError
 
                 try:
                     detector = load_detector(self.name, "cpu")
-                except (ImportError, FileNotFoundError) as exc:
+                except (ImportError, FileNotFoundError, MissingVADPackageError) as exc:
                     raise UnavailableVADError(f"the {self.name} VAD is not available on this server: {exc}") from None
                 if not hasattr(detector, "step"):
                     raise UnavailableVADError(f"the {self.name} VAD cannot score a live stream")
