@@ -89,3 +89,23 @@ def test_cuda_lanes_quantize_with_the_kernel(monkeypatch) -> None:
         lane = method.bind(torch.device("cuda"), tuple(w.shape)).lane
         method.run(lane, torch.randn(40, 128, device="cuda").half(), q, scale, None)
     assert calls == [torch.float8_e4m3fn, torch.int8]
+
+
+@pytest.mark.gpu
+def test_quantized_linear_compiles_as_the_compiled_encoder_runs_it() -> None:
+    """``--compile-encoder`` traces the quantized layers: the kernels' launch under torch.compile (which passes
+    float arguments as float64) gives the eager numbers."""
+    from oasr.layers import Linear
+    from oasr.quantization.apply import method_named
+
+    torch.manual_seed(0)
+    for name in ("fp8", "int8"):
+        layer = Linear(256, 384).cuda().half()
+        method = method_named(name)
+        q, scale = method.quantize_weight(layer.weight)
+        layer.set_quantized(method.bind(torch.device("cuda"), tuple(q.shape)), q, scale)
+        x = torch.randn(2, 100, 256, device="cuda", dtype=torch.float16)
+        with torch.inference_mode():
+            eager = layer(x)
+            compiled = torch.compile(layer)(x)
+        torch.testing.assert_close(compiled, eager, rtol=2e-3, atol=2e-3)

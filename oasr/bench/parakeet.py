@@ -110,13 +110,18 @@ def profile_oasr(run, top: int = 25) -> None:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         seconds = run()[0]
     events = prof.key_averages()
     # Kernels only: an op's row repeats the time of the kernels it launched.
     busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
     print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
     print(events.table(sort_by="self_cuda_time_total", row_limit=top, max_name_column_width=60))
+    # The torch ops again, by the shapes they ran at (which call of a matmul or convolution costs what).
+    ops = [e for e in prof.key_averages(group_by_input_shape=True) if e.device_type != DeviceType.CUDA]
+    ops.sort(key=lambda e: e.device_time_total, reverse=True)
+    for e in ops[:top]:
+        print(f"{e.device_time_total / 1e3:10.1f} ms {e.count:6d}x {e.key[:32]:32s} {str(e.input_shapes)[:150]}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,7 +9,8 @@ kernel reads each row once and writes its quantized values and its float32 scale
 over an int32/float32 product as large as the output; here it is one, with the same float32 operations (a
 multiply-add may be contracted, so the last bit can differ).
 
-The quantization's numbers are ``QuantMethod.quantize_activation``'s: scale = max(|row|, 1e-12) / qmax in float32, values
+The quantization's numbers are ``QuantMethod.quantize_activation``'s: scale = max(|row|, 1e-12) * (1 / qmax) in
+float32 (a multiply, as torch itself computes a division by a scalar on CUDA, so that both devices agree), values
 divided by it with IEEE division (``div_rn``), then saturated and rounded half to even to the storage dtype, in
 float32 arithmetic before the (then exact) conversion: int8 by adding and subtracting 1.5 * 2**23; e4m3 by
 rounding a normal value's mantissa to its top three bits on the integer bits, and a subnormal one (below 2**-6)
@@ -50,7 +51,8 @@ def quantize_rows(x: torch.Tensor, storage_dtype: torch.dtype, qmax: float) -> t
     block_k = min(triton.next_power_of_2(k), 512)
     block_m = max(1, 2048 // block_k)
     _quantize_rows_kernel[(triton.cdiv(m, block_m),)](
-        rows, out, scale, m, k, qmax, MIN_AMAX, _ROUNDER, INTEGER=storage_dtype == torch.int8,
+        rows, out, scale, m, k, QMAX=qmax, INV_QMAX=1.0 / qmax, MIN_AMAX=MIN_AMAX, ROUNDER=_ROUNDER,
+        INTEGER=storage_dtype == torch.int8,
         BLOCK_M=block_m, BLOCK_K=block_k, NUM_CHUNKS=triton.cdiv(k, block_k), num_warps=4)
     return out, scale
 
@@ -89,7 +91,8 @@ if triton is not None:
         tl.store(out_ptr + rows[:, None] * num_cols + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=inside)
 
     @triton.jit
-    def _quantize_rows_kernel(x_ptr, out_ptr, scale_ptr, num_rows, dim, qmax, min_amax, rounder,
+    def _quantize_rows_kernel(x_ptr, out_ptr, scale_ptr, num_rows, dim, QMAX: tl.constexpr, INV_QMAX: tl.constexpr,
+                              MIN_AMAX: tl.constexpr, ROUNDER: tl.constexpr,
                               INTEGER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                               NUM_CHUNKS: tl.constexpr):
         rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -101,20 +104,22 @@ if triton is not None:
             inside = live[:, None] & (c < dim)[None, :]
             x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
-        scale = tl.math.div_rn(tl.maximum(amax, min_amax), qmax)
+        # The constants are constexpr: torch.compile's launcher would pass a float argument as float64. (Nothing
+        # folds (x + R) - R away: Triton sets no reassociation flags; the CUDA test's ties would show it.)
+        scale = tl.maximum(amax, MIN_AMAX) * INV_QMAX
         tl.store(scale_ptr + rows, scale, mask=live)
         for chunk in tl.static_range(NUM_CHUNKS):
             c = chunk * BLOCK_K + cols
             inside = live[:, None] & (c < dim)[None, :]
             x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
             scaled = tl.math.div_rn(x, scale[:, None])
-            scaled = tl.minimum(tl.maximum(scaled, -qmax), qmax)
+            scaled = tl.minimum(tl.maximum(scaled, -QMAX), QMAX)
             if INTEGER:
-                scaled = (scaled + rounder) - rounder
+                scaled = (scaled + ROUNDER) - ROUNDER
             else:
                 bits = scaled.to(tl.int32, bitcast=True)
                 bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -0x100000  # round to 3 mantissa bits, half to even
                 normal = bits.to(tl.float32, bitcast=True)
-                subnormal = ((scaled * 512.0 + rounder) - rounder) / 512.0
+                subnormal = ((scaled * 512.0 + ROUNDER) - ROUNDER) / 512.0
                 scaled = tl.where(tl.abs(scaled) < 0.015625, subnormal, normal)
             tl.store(out_ptr + rows[:, None] * dim + c[None, :], scaled.to(out_ptr.dtype.element_ty), mask=inside)

@@ -33,7 +33,9 @@ class QuantMethod(ABC):
     smooths: ClassVar[bool]  # whether quantizing a checkpoint folds SmoothQuant factors in by default
 
     def _scale(self, values: torch.Tensor, dim: int) -> torch.Tensor:
-        return values.abs().amax(dim=dim, keepdim=True).clamp(min=_MIN_AMAX) / self.qmax
+        # A multiply by the reciprocal: torch's CUDA division by a scalar is one, its CPU division is not, and the
+        # scales must be the same on both (and in the device kernel).
+        return values.abs().amax(dim=dim, keepdim=True).clamp(min=_MIN_AMAX) * (1.0 / self.qmax)
 
     @abstractmethod
     def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
