@@ -234,20 +234,19 @@ def test_another_method_on_a_quantized_checkpoint_is_refused(int8_dir: Path) -> 
 
 
 def test_devices_and_dtypes_a_method_cannot_serve_are_refused(monkeypatch) -> None:
-    import oasr.quantization.fp8 as fp8
-    import oasr.quantization.int8 as int8
+    import oasr.quantization.method as method
 
     cuda = torch.device("cuda")
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
-    monkeypatch.setattr(fp8, "cuda_capability", lambda device: (8, 0))
+    monkeypatch.setattr(method, "cuda_capability", lambda device: (8, 0))
     with pytest.raises(UnsupportedQuantizationError, match=r"'fp8' cannot serve device cuda: NVIDIA A100.*8\.0"):
         check_serves("fp8", cuda, torch.float16)
-    monkeypatch.setattr(fp8, "cuda_capability", lambda device: (9, 0))
+    monkeypatch.setattr(method, "cuda_capability", lambda device: (9, 0))
     check_serves("fp8", cuda, torch.float16)  # an H100 / H200 is served
     monkeypatch.delattr(torch, "_scaled_mm")
     with pytest.raises(UnsupportedQuantizationError, match="no torch._scaled_mm"):
         check_serves("fp8", cuda, torch.float16)
-    monkeypatch.setattr(int8, "cuda_capability", lambda device: (7, 0))
+    monkeypatch.setattr(method, "cuda_capability", lambda device: (7, 0))
     with pytest.raises(UnsupportedQuantizationError, match=r"'int8' cannot serve device cuda.*7\.0"):
         check_serves("int8", cuda, torch.float16)
     with pytest.raises(UnsupportedQuantizationError, match="mps"):

@@ -402,8 +402,8 @@ def test_without_the_vad_package_sessions_open_in_commit_mode_and_turning_vad_on
     serving = FakeServing("ok")
     hold = asyncio.Event()
     audio = base64.b64encode(bytes(4800)).decode()
-    events = [ga_update({"turn_detection": {"type": "server_vad"}}), {"type": "input_audio_buffer.append", "audio": audio},
-              {"type": "input_audio_buffer.commit"}]
+    events = [ga_update({"turn_detection": {"type": "server_vad"}}),
+              {"type": "input_audio_buffer.append", "audio": audio}, {"type": "input_audio_buffer.commit"}]
 
     async def run():
         socket = FakeSocket(events, hold)

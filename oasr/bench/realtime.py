@@ -9,8 +9,9 @@ clients see, and the server's own histograms over the same run.
 builds them into a temporary directory). Its joint's blank logit is raised by ``--blank-bias``: at the stream
 bench's 1.0 these random weights emit nothing on the synthetic clips, so no delta would be timed; at the default
 0.7 they emit tokens on most clips, and many (hundreds in 8 s, against a trained model's few dozen), so the
-decode work and the delta count are a pessimistic load, not a typical one. Audio is the manifest's clips (JSONL with ``audio``, a path relative to
-the manifest) or seeded synthetic clips (tones under noise), sent as 24 kHz PCM16 in ``--chunk-ms`` appends.
+decode work and the delta count are a pessimistic load, not a typical one. Audio is the manifest's clips (JSONL
+with ``audio``, a path relative to the manifest) or seeded synthetic clips (tones under noise), sent as 24 kHz
+PCM16 in ``--chunk-ms`` appends.
 Measured by the clients (``time.perf_counter``), p50 / p90 / p99 in seconds:
 
 - ``completion``: the commit sent -> the turn's ``completed`` received.

@@ -11,12 +11,9 @@ from __future__ import annotations
 import torch
 
 from oasr.quantization import QUANT_METHODS
-from oasr.quantization.method import QuantMethod, cuda_capability
+from oasr.quantization.method import QuantMethod
 
 FP8 = torch.float8_e4m3fn
-# _scaled_mm's operands: K and N multiples of 16; a layer of another shape runs the reference lane.
-_SCALED_MM_MULTIPLE = 16
-_MIN_CAPABILITY = (8, 9)
 
 
 @QUANT_METHODS.register("fp8")
@@ -25,28 +22,18 @@ class Fp8Method(QuantMethod):
     storage_dtype = FP8
     qmax = float(torch.finfo(FP8).max)  # 448
     smooths = False  # e4m3's exponent covers activation outliers; per-token scales are enough
+    fast_lane = "scaled_mm"
+    torch_op = "_scaled_mm"
+    min_capability = (8, 9)
+    below_capability = "fp8 GEMMs need {} or newer (Ada, Hopper); use int8"
+    shape_multiple = 16  # _scaled_mm's operands: K and N multiples of 16
 
     def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
         return scaled.clamp(-self.qmax, self.qmax).to(FP8)
 
-    def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
-        if device.type == "cpu":
-            return "reference"
-        if device.type != "cuda":
-            raise self.refuse(device, "it runs on CUDA (compute capability 8.9 or newer) or on the CPU")
-        if not hasattr(torch, "_scaled_mm"):
-            raise self.refuse(device, f"this torch build ({torch.__version__}) has no torch._scaled_mm")
-        capability = cuda_capability(device)
-        if capability < _MIN_CAPABILITY:
-            name = torch.cuda.get_device_name(device)
-            raise self.refuse(device, f"{name} is compute capability {capability[0]}.{capability[1]}; fp8 GEMMs need "
-                              f"{_MIN_CAPABILITY[0]}.{_MIN_CAPABILITY[1]} or newer (Ada, Hopper); use int8")
-        n, k = weight_shape
-        return "scaled_mm" if n % _SCALED_MM_MULTIPLE == 0 and k % _SCALED_MM_MULTIPLE == 0 else "reference"
-
     def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
             bias: torch.Tensor | None) -> torch.Tensor:
-        if lane != "scaled_mm":
+        if lane != self.fast_lane:
             return super().run(lane, x, weight, scale, bias)
         qx, sx = self.quantize_activation_fused(x)
         out = torch._scaled_mm(qx, weight.t(), scale_a=sx, scale_b=scale.view(1, -1), out_dtype=x.dtype)

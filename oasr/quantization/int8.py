@@ -14,11 +14,9 @@ import torch
 
 from oasr.kernels import w8a8
 from oasr.quantization import QUANT_METHODS
-from oasr.quantization.method import QuantMethod, cuda_capability
+from oasr.quantization.method import QuantMethod
 
-_INT_MM_MULTIPLE = 8
 _INT_MM_MIN_ROWS = 17  # torch._int_mm on CUDA: "self.size(0) needs to be greater than 16"
-_MIN_CAPABILITY = (8, 0)
 
 
 @QUANT_METHODS.register("int8")
@@ -27,27 +25,18 @@ class Int8Method(QuantMethod):
     storage_dtype = torch.int8
     qmax = 127.0
     smooths = True
+    fast_lane = "int_mm"
+    torch_op = "_int_mm"
+    min_capability = (8, 0)
+    below_capability = "int8 GEMMs need {} or newer here"
+    shape_multiple = 8
 
     def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
         return scaled.round().clamp(-self.qmax, self.qmax).to(torch.int8)
 
-    def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
-        if device.type not in ("cpu", "cuda"):
-            raise self.refuse(device, "it runs on CUDA (compute capability 8.0 or newer) or on the CPU")
-        if device.type == "cpu":
-            return "reference"
-        if not hasattr(torch, "_int_mm"):
-            raise self.refuse(device, f"this torch build ({torch.__version__}) has no torch._int_mm")
-        if cuda_capability(device) < _MIN_CAPABILITY:
-            capability = cuda_capability(device)
-            raise self.refuse(device, f"{torch.cuda.get_device_name(device)} is compute capability "
-                              f"{capability[0]}.{capability[1]}; int8 GEMMs need 8.0 or newer here")
-        n, k = weight_shape
-        return "int_mm" if n % _INT_MM_MULTIPLE == 0 and k % _INT_MM_MULTIPLE == 0 else "reference"
-
     def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
             bias: torch.Tensor | None) -> torch.Tensor:
-        if lane != "int_mm":
+        if lane != self.fast_lane:
             return super().run(lane, x, weight, scale, bias)
         qx, sx = self.quantize_activation_fused(x)
         rows = qx.shape[0]

@@ -71,10 +71,31 @@ class QuantMethod(ABC):
             out = out + bias.float()
         return out.to(x.dtype)
 
-    @abstractmethod
+    # The device lane, declared by each method: the torch op it calls, the compute capability it needs (and what to
+    # say to a device below it), and the multiple its operands' dimensions must be (a layer of another shape runs
+    # the reference lane).
+    fast_lane: ClassVar[str]
+    torch_op: ClassVar[str]
+    min_capability: ClassVar[tuple[int, int]]
+    below_capability: ClassVar[str]  # completes "...; <what> need(s) X.Y or newer ..."
+    shape_multiple: ClassVar[int]
+
     def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
-        """The lane serving a layer of ``weight_shape`` on ``device``; raises ``UnsupportedQuantizationError``
-        for a device the method cannot serve."""
+        """The lane serving a layer of ``weight_shape`` on ``device``: the reference on the CPU, the method's
+        device lane on CUDA; raises ``UnsupportedQuantizationError`` for a device the method cannot serve."""
+        major, minor = self.min_capability
+        if device.type == "cpu":
+            return "reference"
+        if device.type != "cuda":
+            raise self.refuse(device, f"it runs on CUDA (compute capability {major}.{minor} or newer) or on the CPU")
+        if not hasattr(torch, self.torch_op):
+            raise self.refuse(device, f"this torch build ({torch.__version__}) has no torch.{self.torch_op}")
+        capability = cuda_capability(device)
+        if capability < self.min_capability:
+            raise self.refuse(device, f"{torch.cuda.get_device_name(device)} is compute capability "
+                              f"{capability[0]}.{capability[1]}; {self.below_capability.format(f'{major}.{minor}')}")
+        n, k = weight_shape
+        return self.fast_lane if n % self.shape_multiple == 0 and k % self.shape_multiple == 0 else "reference"
 
     def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
             bias: torch.Tensor | None) -> torch.Tensor:
