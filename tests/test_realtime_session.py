@@ -335,19 +335,24 @@ def manual_turn_events(num_bytes: int = 4800) -> list[dict]:
             {"type": "input_audio_buffer.commit"}]
 
 
-def test_a_committed_turn_is_answered_with_its_deltas_then_completed():
-    serving = FakeServing("ok")
+def played_until_completed(events: list[dict], serving: FakeServing) -> list[dict]:
+    """The events a session sent for the client ``events``, once a turn's ``completed`` is among them."""
     hold = asyncio.Event()
 
     async def run():
-        socket = FakeSocket(manual_turn_events(), hold)
+        socket = FakeSocket(events, hold)
         task = asyncio.create_task(connection(socket, serving).run())
         await until(lambda: any(e["type"].endswith("completed") for e in socket.sent), task)
         hold.set()
         await task
         return socket.sent
 
-    sent = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_a_committed_turn_is_answered_with_its_deltas_then_completed():
+    serving = FakeServing("ok")
+    sent = played_until_completed(manual_turn_events(), serving)
     kinds = [e["type"] for e in sent]
     assert kinds == ["session.created", "session.updated", "input_audio_buffer.committed",
                      *["conversation.item.input_audio_transcription.delta"] * 2,
@@ -399,21 +404,10 @@ def test_without_the_vad_package_sessions_open_in_commit_mode_and_turning_vad_on
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "silero_vad" else real(name, *a))
-    serving = FakeServing("ok")
-    hold = asyncio.Event()
     audio = base64.b64encode(bytes(4800)).decode()
     events = [ga_update({"turn_detection": {"type": "server_vad"}}),
               {"type": "input_audio_buffer.append", "audio": audio}, {"type": "input_audio_buffer.commit"}]
-
-    async def run():
-        socket = FakeSocket(events, hold)
-        task = asyncio.create_task(connection(socket, serving).run())
-        await until(lambda: any(e["type"].endswith("completed") for e in socket.sent), task)
-        hold.set()
-        await task
-        return socket.sent
-
-    sent = asyncio.run(run())
+    sent = played_until_completed(events, FakeServing("ok"))
     assert sent[0]["type"] == "session.created"
     assert sent[0]["session"]["audio"]["input"]["turn_detection"] is None
     assert sent[1]["type"] == "error" and sent[1]["error"]["param"] == "turn_detection"
