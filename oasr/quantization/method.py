@@ -77,7 +77,7 @@ class QuantMethod(ABC):
     fast_lane: ClassVar[str]
     torch_op: ClassVar[str]
     min_capability: ClassVar[tuple[int, int]]
-    below_capability: ClassVar[str]  # completes "...; <what> need(s) X.Y or newer ..."
+    below_capability: ClassVar[str]  # the end of the refusal for a device below it ("{}": the minimum capability)
     shape_multiple: ClassVar[int]
 
     def lane_for(self, device: torch.device, weight_shape: tuple[int, ...]) -> str:
