@@ -47,6 +47,9 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--only", default=None, metavar="PREFIX",
+                        help="quantize only the layers whose path starts with PREFIX (e.g. model.encoder), to see "
+                        "which part of the model costs the accuracy")
     args = parser.parse_args()
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
@@ -56,9 +59,14 @@ def main() -> None:
     references = [it.text for it in items]
     runs: dict[str, dict[str, list[int]]] = {}
     report = {"model": args.model, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-              "utterances": len(items), "runs": {}}
+              "utterances": len(items), "only": args.only, "runs": {}}
     for method in [None, *args.methods]:
-        loaded = from_pretrained(args.model, device=device, dtype=dtype, quantization=method)
+        loaded = from_pretrained(args.model, device=device, dtype=dtype, quantization=None if args.only else method)
+        if args.only and method is not None:  # a part of the model, unsmoothed
+            from oasr.quantization.apply import method_named, quantizable, quantize_weights
+
+            chosen = tuple(name for name in quantizable(loaded.model) if name.startswith(args.only))
+            quantize_weights(loaded.model, method_named(method), chosen)
         _, tokens = bench_oasr(loaded, items, config)
         name = method or "full"
         runs[name] = tokens
