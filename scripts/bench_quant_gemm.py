@@ -49,7 +49,8 @@ def main() -> None:
                 x = torch.randn(rows, k, device="cuda", dtype=torch.float16)
                 times = [_time_ms(lambda layer=layer: layer(x)) for layer in layers.values()]
                 # The activation's quantization alone: torch's passes, and the one-pass kernel the lanes use.
-                times += [_time_ms(lambda: fp8.quantize_activation(x)), _time_ms(lambda: fp8.quantize_activation_fused(x))]
+                times += [_time_ms(lambda: fp8.quantize_activation(x)),
+                          _time_ms(lambda: fp8.quantize_activation_fused(x))]
                 print(f"{name:6s} {rows:6d} " + " ".join(f"{t:9.4f}" for t in times))
 
 

@@ -3,7 +3,8 @@ int8 the rescaling of its int32 sums after it, each in one kernel.
 
 In torch the activation's quantization is seven passes over it (cast to float32, absolute value, row maximum,
 clamp, divide, saturate, cast); at an encoder's row counts they cost as much as the fp8 GEMM they feed. This
-kernel reads each row once and writes its quantized values and its float32 scale.
+kernel reads each row from memory once (a row wider than 512 columns a second time, from L2) and writes its
+quantized values and its float32 scale.
 
 ``dequantize_int32``: torch's ``acc.float() * x_scale * w_scale + bias`` cast to the output dtype is five passes
 over an int32/float32 product as large as the output; here it is one, with the same float32 operations (a

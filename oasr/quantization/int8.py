@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from oasr.kernels import w8a8
+from oasr.kernels.runtime import triton_runs_on
 from oasr.quantization import QUANT_METHODS
 from oasr.quantization.method import QuantMethod
 
@@ -43,7 +44,7 @@ class Int8Method(QuantMethod):
         if qx.is_cuda and rows < _INT_MM_MIN_ROWS:
             qx = torch.cat([qx, qx.new_zeros(_INT_MM_MIN_ROWS - rows, qx.shape[1])])
         acc = torch._int_mm(qx, weight.t())
-        if w8a8.triton_runs_on(acc):
+        if triton_runs_on(acc):
             return w8a8.dequantize_int32(acc, sx, scale, bias, x.dtype)
         out = acc[:rows].float() * sx * scale
         if bias is not None:
