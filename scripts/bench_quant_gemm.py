@@ -52,6 +52,33 @@ def main() -> None:
                 times += [_time_ms(lambda: fp8.quantize_activation(x)),
                           _time_ms(lambda: fp8.quantize_activation_fused(x))]
                 print(f"{name:6s} {rows:6d} " + " ".join(f"{t:9.4f}" for t in times))
+        epilogues(fp8)
+
+
+def epilogues(fp8) -> None:
+    """fp8's GEMM at 24,000 rows, the bias added after it against in its epilogue (``_scaled_mm(bias=)``), with
+    and without fast accumulation, in fp16 and bf16 output: which of these torch's build serves, at what cost."""
+    print(f"{'gemm':6s} {'variant':28s} {'ms':>9s}")
+    for name, k, n in SHAPES:
+        x = torch.randn(24000, k, device="cuda", dtype=torch.float16)
+        w, ws = fp8.quantize_weight(torch.randn(n, k, device="cuda", dtype=torch.float16) * 0.05)
+        qx, sx = fp8.quantize_activation_fused(x)
+        for dtype in (torch.float16, torch.bfloat16):
+            bias = torch.randn(n, device="cuda", dtype=dtype)
+            for fast in (False, True):
+                def plain(fast=fast, dtype=dtype):
+                    return torch._scaled_mm(qx, w.t(), scale_a=sx, scale_b=ws.view(1, -1), out_dtype=dtype,
+                                            use_fast_accum=fast)
+                variants = {"no bias": plain, "then add_": lambda plain=plain, bias=bias: plain().add_(bias),
+                            "bias= epilogue": lambda fast=fast, dtype=dtype, bias=bias: torch._scaled_mm(
+                                qx, w.t(), scale_a=sx, scale_b=ws.view(1, -1), bias=bias, out_dtype=dtype,
+                                use_fast_accum=fast)}
+                for label, fn in variants.items():
+                    tag = f"{str(dtype)[6:]} {'fast ' if fast else ''}{label}"
+                    try:
+                        print(f"{name:6s} {tag:28s} {_time_ms(fn):9.4f}")
+                    except (RuntimeError, NotImplementedError) as exc:
+                        print(f"{name:6s} {tag:28s} refused: {str(exc).splitlines()[0][:80]}")
 
 
 if __name__ == "__main__":

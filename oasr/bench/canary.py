@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from oasr.bench.parakeet import profile_oasr, synthetic_audio, sync
+from oasr.bench.parakeet import synthetic_audio, sync
+from oasr.bench.profiling import profile_oasr
 from oasr.bench.rounds import add_engine_arguments, alternate, report, timed_engine_run
 
 LANGUAGES = ("en", "de", "fr", "es")

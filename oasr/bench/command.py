@@ -49,6 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quantization", default=None, choices=("fp8", "int8"),
                    help="quantize the model's GEMMs at load (W8A8; see docs/quantization.md)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the timed run, profile one more of OASR's and print its top N kernels and ops")
 
 
 def _synthetic(count: int, seconds: float = 4.0) -> list[BenchItem]:
@@ -105,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     items = load_manifest(args.manifest, repeat=args.repeat) if args.manifest else _synthetic(args.num_utterances)
     config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder)
     results: list[BenchResult] = []
-    ours, our_tokens = bench_oasr(loaded, items, config, fixed_output_tokens=args.fixed_output_tokens)
+    ours, our_tokens = bench_oasr(loaded, items, config, fixed_output_tokens=args.fixed_output_tokens,
+                                  profile=args.profile)
     if not args.fixed_output_tokens:
         ours.wer = _wer(items, our_tokens, loaded.tokenizer)
     results.append(ours)

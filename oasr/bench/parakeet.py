@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oasr.bench.profiling import profile_oasr
+
 # transformers config fields of the published checkpoints (encoder, and the head for each kind).
 _ENCODER_1024 = dict(hidden_size=1024, num_attention_heads=8, intermediate_size=4096, conv_kernel_size=9,
                      subsampling_conv_channels=256)
@@ -101,27 +103,6 @@ def run_transformers(kind, model, audio, *, batch_size, device, dtype, extractor
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def profile_oasr(run, top: int = 25) -> None:
-    """Runs ``run`` (-> (wall seconds, ...)) once under torch's profiler; prints the device's kernel time beside
-    the wall time (the difference is time the device sat idle waiting for the host), then the ``top`` ops by
-    device time."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
-        seconds = run()[0]
-    events = prof.key_averages()
-    # Kernels only: an op's row repeats the time of the kernels it launched.
-    busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
-    print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
-    print(events.table(sort_by="self_cuda_time_total", row_limit=top, max_name_column_width=60))
-    # The torch ops again, by the shapes they ran at (which call of a matmul or convolution costs what).
-    ops = [e for e in prof.key_averages(group_by_input_shape=True) if e.device_type != DeviceType.CUDA]
-    ops.sort(key=lambda e: e.device_time_total, reverse=True)
-    for e in ops[:top]:
-        print(f"{e.device_time_total / 1e3:10.1f} ms {e.count:6d}x {e.key[:32]:32s} {str(e.input_shapes)[:150]}")
 
 
 def main(argv: list[str] | None = None) -> None:

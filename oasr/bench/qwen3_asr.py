@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from oasr.bench.parakeet import profile_oasr, sync, synthetic_audio
+from oasr.bench.parakeet import sync, synthetic_audio
+from oasr.bench.profiling import profile_oasr
 from oasr.bench.rounds import add_engine_arguments, alternate, report, timed_engine_run
 
 # Qwen3-ASR's special tokens at the ids its vocabulary gives them (after Qwen2's 151,643 BPE pieces); OASR finds

@@ -6,7 +6,9 @@ Audio is decoded to 16 kHz before any clock starts, for both sides; feature extr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -78,8 +80,11 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_oasr(
-    loaded: LoadedModel, items: list[BenchItem], config: EngineConfig, *, fixed_output_tokens: int | None = None
+    loaded: LoadedModel, items: list[BenchItem], config: EngineConfig, *, fixed_output_tokens: int | None = None,
+    profile: int = 0,
 ) -> tuple[BenchResult, dict[str, list[int]]]:
+    """One warm-up pass, then the timed one; with ``profile``, a third pass under the profiler, whose top
+    ``profile`` kernels and ops go to stderr (stdout keeps the results alone)."""
     engine = ASREngine(loaded, config)
 
     def options(item: BenchItem) -> DecodeOptions:
@@ -114,6 +119,18 @@ def bench_oasr(
         batch_size=engine.runner.num_slots,
         phases=dict(engine.runner.phase_seconds),
     )
+    if profile:
+        from oasr.bench.profiling import profile_oasr
+
+        def again() -> tuple[float]:
+            _sync(loaded.device)
+            begin = time.perf_counter()
+            list(engine.run((f"profiled-{it.item_id}", it.audio, options(it)) for it in items))
+            _sync(loaded.device)
+            return (time.perf_counter() - begin,)
+
+        with contextlib.redirect_stdout(sys.stderr):
+            profile_oasr(again, profile)
     return result, {o.request_id: o.token_ids for o in outputs}
 
 
