@@ -1,11 +1,11 @@
-"""``oasr.engine.uploads``: a walk's host values reach the device as they were, each column its own tensor."""
+"""``oasr.uploads``: a walk's host values reach the device as they were, each column its own tensor."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from oasr.engine.uploads import upload
+from oasr.uploads import upload
 
 
 def test_columns_of_mixed_kinds_come_back_in_order_and_shape():

@@ -24,7 +24,7 @@ import torch
 
 from oasr.decode.aed_beam import AEDBeam, BeamCandidates, BeamChoice, Hypothesis
 from oasr.engine.step import BeamResult
-from oasr.engine.uploads import upload
+from oasr.uploads import upload
 from oasr.types import DecodeOptions
 
 

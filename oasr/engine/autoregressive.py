@@ -46,7 +46,7 @@ from oasr.engine.runners import RUNNERS
 from oasr.engine.slot_state import SlotState
 from oasr.engine.staging import stager_for
 from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutput
-from oasr.engine.uploads import upload, upload_tensor
+from oasr.uploads import upload, upload_tensor
 from oasr.errors import UnsupportedOptionError
 from oasr.kernels import paged_attention
 from oasr.models.capabilities import capabilities_of, check_options

@@ -20,7 +20,7 @@ import torch
 
 from oasr.engine.memory import cache_zeros
 from oasr.engine.step import EncodeRow
-from oasr.engine.uploads import upload
+from oasr.uploads import upload
 from oasr.kernels import paged_attention
 from oasr.layers.attention import sdpa
 from oasr.models.base import DecoderSpec

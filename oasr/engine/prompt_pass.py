@@ -22,7 +22,7 @@ from oasr.engine.aed_beams import BeamTick
 from oasr.engine.kv_cache import paged_context
 from oasr.engine.request import Request
 from oasr.engine.step import BeamResult, EncodeResult, EncodeRow
-from oasr.engine.uploads import upload, upload_tensor
+from oasr.uploads import upload, upload_tensor
 from oasr.layers.cache import CrossAttentionCache
 from oasr.models.base import Prompt
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from oasr.decode.transducer_stream import ChunkTokens, decode_chunk
-from oasr.engine.uploads import upload, upload_tensor
+from oasr.uploads import upload, upload_tensor
 from oasr.models.loader import LoadedModel
 from oasr.streaming import STREAMING_RUNTIMES
 from oasr.streaming.audio import StreamAudio

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from oasr.uploads import upload
+
 
 def positions_of(frames: int) -> int:
     """Positions after the three (kernel 3, stride 2, padding 1) convolutions of a chunk of ``frames`` frames; an
@@ -33,13 +35,14 @@ class WindowPlan:
     indices into those chunks' positions (flattened, [N * P], then one zero row at N * P) filling every window
     slot; keys: bool [windows, 1, 1, W] (True = a real position); out_of_windows: [B, longest] indices into the
     windows' outputs (flattened, then one zero row) giving each request's positions in order; counts: [B] host
-    ints, each request's positions."""
+    ints, each request's positions; lengths: the same on the device."""
 
     chunks: torch.Tensor
     into_windows: torch.Tensor
     keys: torch.Tensor
     out_of_windows: torch.Tensor
     counts: tuple[int, ...]
+    lengths: torch.Tensor
     window: int
 
     @classmethod
@@ -71,10 +74,11 @@ class WindowPlan:
         rank = np.arange(len(targets)) - np.repeat(np.cumsum(counts) - counts, counts)
         out = np.full((len(frames_np), int(counts.max())), num_windows * window, dtype=np.int64)
         out[np.repeat(np.arange(len(frames_np)), counts), rank] = targets
-        return cls(chunks=torch.from_numpy(row * chunks_per_row + c).to(device),
-                   into_windows=torch.from_numpy(into).to(device),
-                   keys=torch.from_numpy(keys).to(device).view(-1, 1, 1, window),
-                   out_of_windows=torch.from_numpy(out).to(device), counts=tuple(counts.tolist()), window=window)
+        # One pinned upload for all of it: a blocking copy would wait for the device's queue (the features).
+        chunks, into_, keys_, out_, counts_ = upload(device, row * chunks_per_row + c, into, keys, out, counts)
+        return cls(chunks=chunks, into_windows=into_, keys=keys_.bool().view(-1, 1, 1, window),
+                   out_of_windows=out_.view(out.shape), counts=tuple(counts.tolist()), lengths=counts_,
+                   window=window)
 
     @property
     def num_windows(self) -> int:
