@@ -80,6 +80,21 @@ def test_features_equal_the_reference_extractor(loaded, seconds: float) -> None:
     assert int(loaded.features.frame_lengths(torch.tensor([len(audio)]))[0]) == int(mask.sum())
 
 
+def test_batched_features_equal_each_input_alone(loaded) -> None:
+    """The batch is featurised at once: every row is still exactly its input's own features (its own reflect
+    padding and peak, which a batch padded before the STFT would change), zero past its frames; the reference
+    extractor on each input alone agrees too."""
+    audio = audio_batch((0.3, 0.5, 1.0, 3.37, 7.3))
+    batch = loaded.features.padded(audio)  # on the host, a row at a time
+    assert torch.equal(loaded.features.at_once(audio, "cpu", batch.shape[-1]), batch)  # CUDA's way, on the host
+    for row, samples in zip(batch, audio, strict=True):
+        alone = loaded.features.padded([samples])[0]
+        assert torch.equal(row[:, : alone.shape[-1]], alone)
+        assert not row[:, alone.shape[-1]:].any()
+        reference, _ = reference_features(samples, loaded.config.num_mel_bins)
+        assert (alone - reference[0]).abs().max() < 1e-5
+
+
 @torch.no_grad()
 def test_encoder_output_matches_the_reference_batched(directory: Path, loaded) -> None:
     audio = audio_batch(SECONDS)

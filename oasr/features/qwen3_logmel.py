@@ -6,9 +6,10 @@ centred, reflect-padded at both ends of the input itself), power without the las
 floor at (max - 8), (x + 4) / 4; ``num_samples // hop`` frames. The mel axis is then zero-padded (value 0.0, not
 the floor) to a multiple of ``chunk_frames`` (``2 * n_window`` = 100), which the encoder cuts into chunks.
 
-Every input is featurised alone, so its features do not depend on what it is batched with. (transformers pads a
-batch's waveforms to the longest before the STFT, which changes a shorter input's last frames and the values its
-last chunk is padded with: its batched features differ from its own.)
+Every input's features are those it has alone, whatever it is batched with: a batch runs as one STFT, each row
+with its own reflect padding and its own peak. (transformers pads a batch's waveforms to the longest before the
+STFT, which changes a shorter input's last frames and the values its last chunk is padded with: its batched
+features differ from its own.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 
 from oasr.features import FEATURE_EXTRACTORS
 from oasr.features.mel import DeviceConstants, slaney_mel_filters
+from oasr.features.upload import pad_to_device
 
 
 @dataclass(frozen=True)
@@ -56,33 +58,59 @@ class Qwen3LogMel:
         return torch.clamp(num_samples, min=c.min_samples).long() // c.hop_length
 
     def log_mel(self, waveform: torch.Tensor) -> torch.Tensor:
-        """One input, float32 [num_samples] (at least ``min_samples``) -> [n_mels, num_samples // hop]."""
-        c = self.config
-        window = torch.hann_window(c.n_fft, device=waveform.device)
-        stft = torch.stft(waveform, c.n_fft, c.hop_length, window=window, return_complex=True)
-        power = stft[..., :-1].abs() ** 2
-        log_spec = torch.clamp(self._constants.on(waveform.device)["filters"] @ power, min=1e-10).log10()
-        log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
-        return (log_spec + 4.0) / 4.0
+        """One input, float32 [num_samples] -> [n_mels, num_samples // hop] (its features alone, unpadded)."""
+        frames = int(self.frame_lengths(torch.tensor([waveform.shape[-1]]))[0])
+        return self.padded([waveform.reshape(-1)], device=waveform.device)[0, :, :frames]
 
     def padded(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
         """The engine's uniform entry: each input's features, zero-padded to the batch's longest whole chunks
-        -> float32 [B, n_mels, frames]."""
+        -> float32 [B, n_mels, frames].
+
+        Each row is exactly its input's features alone: its own reflect padding at both of its ends
+        (``torch.stft``'s centring), its own peak for the floor, zeros past its frames. On CUDA the whole batch
+        is one upload and one STFT (a row at a time would wait on the device for every input); on the host,
+        where a giant batched STFT runs many times slower than the same frames row by row, one row at a time."""
         if not audio:
             raise ValueError("no audio to featurize")
         c = self.config
-        rows = []
-        for samples in audio:
-            wave = torch.as_tensor(samples, dtype=torch.float32).reshape(-1).to(device)
-            if wave.shape[0] < c.min_samples:
-                wave = torch.nn.functional.pad(wave, (0, c.min_samples - wave.shape[0]))
-            rows.append(self.log_mel(wave))
-        longest = max(row.shape[1] for row in rows)
-        frames = -(-longest // c.chunk_frames) * c.chunk_frames
-        out = torch.zeros(len(rows), c.num_mel_bins, frames, device=device)
-        for i, row in enumerate(rows):
-            out[i, :, : row.shape[1]] = row
+        sizes = [max(int(torch.as_tensor(a).numel()), c.min_samples) for a in audio]
+        total = -(-(max(sizes) // c.hop_length) // c.chunk_frames) * c.chunk_frames
+        if torch.device(device).type == "cuda":
+            return self.at_once(audio, device, total)
+        out = torch.zeros(len(audio), c.num_mel_bins, total, device=device)
+        for i, (samples, size) in enumerate(zip(audio, sizes, strict=True)):
+            frames = size // c.hop_length
+            out[i, :, :frames] = self.at_once([samples], device, frames)[0]
         return out
+
+    def at_once(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str, total: int
+              ) -> torch.Tensor:
+        """Features of inputs as each has them alone, in one batch -> [B, n_mels, total] (zeros past each row's
+        frames; ``total`` at least the longest row's frames)."""
+        c = self.config
+        half = c.n_fft // 2
+        if c.min_samples <= half:
+            raise ValueError(f"min_samples {c.min_samples} must exceed n_fft // 2 = {half} (the reflect padding)")
+        waves, have = pad_to_device(audio, device)
+        device = waves.device
+        counted = torch.clamp(have, min=c.min_samples)  # short inputs: the zeros up to min_samples are audio
+        width = max(int(waves.shape[1]), c.min_samples)
+        signal = torch.zeros(waves.shape[0], width + 2 * half, device=device)
+        signal[:, half : half + waves.shape[1]] = waves
+        signal[:, :half] = signal[:, half + 1 : 2 * half + 1].flip(1)  # every row starts at 0: one slice serves
+        k = torch.arange(half, device=device)
+        ends = (half + counted)[:, None]
+        signal.scatter_(1, ends + k, signal.gather(1, ends - 2 - k))  # each row's mirror after its own end
+        window = torch.hann_window(c.n_fft, device=device)
+        stft = torch.stft(signal, c.n_fft, c.hop_length, window=window, center=False, return_complex=True)
+        log_spec = torch.clamp(self._constants.on(device)["filters"] @ (stft.abs() ** 2), min=1e-10).log10()
+        frames = counted // c.hop_length
+        valid = torch.arange(log_spec.shape[-1], device=device)[None, None, :] < frames[:, None, None]
+        peak = torch.where(valid, log_spec, float("-inf")).amax(dim=(1, 2), keepdim=True)
+        features = torch.where(valid, (torch.maximum(log_spec, peak - 8.0) + 4.0) / 4.0, 0.0)
+        if total > features.shape[-1]:
+            features = torch.nn.functional.pad(features, (0, total - features.shape[-1]))
+        return features[..., :total].contiguous()
 
     def __call__(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str = "cpu") -> torch.Tensor:
         return self.padded(audio, device)
