@@ -71,7 +71,9 @@ class Qwen3AudioEncoder(nn.Module):
         for conv in (self.conv2d1, self.conv2d2, self.conv2d3):
             x = self.gelu(conv(x))
         n, channels, bins, steps = x.shape
-        x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n, steps, channels * bins))
+        # Rows of (chunk, step) made dense first: a strided [n, steps, channels * bins] view would make the
+        # projection a batched matmul over n copies of its weight, many times slower than this one GEMM.
+        x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n * steps, channels * bins)).view(n, steps, -1)
         return (x + self.positional_embedding[:steps].to(x.dtype)).reshape(n * steps, -1)
 
     def plan(self, features: torch.Tensor, lengths: torch.Tensor) -> WindowPlan:
@@ -90,7 +92,7 @@ class Qwen3AudioEncoder(nn.Module):
         for layer in self.layers:
             x = layer(x, plan.keys)
         x = with_zero_row(x.reshape(-1, x.shape[-1]))[plan.out_of_windows]
-        return self.ln_post(x), torch.tensor(plan.counts, device=features.device)
+        return self.ln_post(x), plan.lengths
 
 
 def with_zero_row(x: torch.Tensor) -> torch.Tensor:
