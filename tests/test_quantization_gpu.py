@@ -14,6 +14,7 @@ from oasr.quantization.apply import method_named, quantizable, quantize_weights
 
 pytestmark = pytest.mark.gpu
 FAST_LANES = {"fp8": "scaled_mm", "int8": "int_mm"}
+ACCUMULATOR_TOLERANCE = {"fp8": 2e-3}
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -32,6 +33,9 @@ def test_cuda_lane_equals_the_reference(name: str, rows: int, dtype: torch.dtype
     reference = method.reference(x, q, scale, bias)
     assert fast.dtype == dtype and fast.shape == (rows, 1280)
     tolerance = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    # Hopper's fp8 tensor cores accumulate in less than float32 (cuBLAS only promotes partial sums to it now and
+    # then): even a float32 output carries sums about as precise as fp16's. Measured on the H200: 6e-4 at most.
+    tolerance = max(tolerance, ACCUMULATOR_TOLERANCE.get(name, 0.0))
     torch.testing.assert_close(fast.float(), reference.float(), rtol=tolerance, atol=tolerance * 4)
 
 
