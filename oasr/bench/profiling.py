@@ -37,7 +37,8 @@ def profile_oasr(run: Callable[[], tuple], top: int = 25) -> None:
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         seconds = run()[0]
     events = prof.key_averages()
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]  # an op's row repeats its kernels' time
+    # Kernels only: an op's row repeats its kernels' time, and so does a compiled graph's range ("## Call ...").
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA and not e.key.startswith("## ")]
     busy = sum(e.self_device_time_total for e in kernels) / 1e6
     print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
     kinds: dict[str, float] = {}
