@@ -5,8 +5,7 @@ keys, write the new values, gather each row's keys and values from its blocks in
 then SDPA over them with a position mask. This kernel stores the new key and value, walks each row's block
 table to read the cached positions where they lie, and attends with an online softmax in float32: one launch,
 and no dense copies. The new position is scored from registers, not read back. Grouped key/value heads (Llama,
-Qwen3) are read where they lie, once for all the query heads each serves: no expanded copies, and no second
-read of the same keys.
+Qwen3) are read where they lie by each query head they serve: no expanded copies either.
 
 ``paged_cross_attention`` is the same walk without the store, over a request's encoder positions (the engine's
 paged cross-attention pool, for models whose requests attend to audio of their own length).
@@ -113,15 +112,11 @@ def paged_decode_attention(
     if block_table.stride(1) != 1:
         block_table = block_table.contiguous()
     out = torch.empty_like(q)
-    group = triton.next_power_of_2(h // kv_heads)
-    _paged_decode_attention_kernel[(b, kv_heads)](
+    _paged_decode_attention_kernel[(b, h)](
         q, k, v, k_pool, v_pool, block_table, positions, out,
         block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
         NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, 4096 // d)),
-        GROUP_TILE=group,
-        # One warp per (row, key/value head), 4096 key values a tile: measured fastest on the H200 at D 64 and 128
-        # with one query head a program; a group of G reads each tile once for its G heads.
-        num_warps=min(4, group),
+        num_warps=1,  # one warp per (row, head), 4096 key values a tile: measured fastest on the H200 at D 64 and 128
     )
     return out
 
@@ -129,25 +124,23 @@ def paged_decode_attention(
 if triton is not None:
 
     @triton.jit
-    def _attend_blocks(q, k_pool, v_pool, table, num_positions, kv_head, pool_stride, best, total, acc,
+    def _attend_blocks(q, k_pool, v_pool, table, num_positions, head, pool_stride, best, total, acc,
                        HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One row's online softmax over positions [0, num_positions) of its block table, a tile of BLOCK_N at a
-        time, read in place, for the G query heads ``q`` [G, D] that key/value head ``kv_head`` serves (each tile
-        is read once for all of them); carries (running maxima [G], weight totals [G], weighted values [G, D])."""
+        """One row's and (key/value) head's online softmax over positions [0, num_positions) of its block table, a
+        tile of BLOCK_N at a time, read in place; carries (running maximum, weight total, weighted values)."""
         d = tl.arange(0, HEAD_DIM)
         for start in range(0, num_positions, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
             live = n < num_positions
             block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
-            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + kv_head * HEAD_DIM
+            rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
             keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            scores = tl.sum(keys[:, None, :] * q[None, :, :], axis=2)  # [BLOCK_N, G]
-            scores = tl.where(live[:, None], scores, float("-inf"))
+            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
             new_best = tl.maximum(best, tl.max(scores, axis=0))
-            weights = tl.exp(scores - new_best[None, :])
+            weights = tl.exp(scores - new_best)
             rescale = tl.exp(best - new_best)
             values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            acc = acc * rescale[:, None] + tl.sum(weights[:, :, None] * values[:, None, :], axis=0)
+            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
             total = total * rescale + tl.sum(weights, axis=0)
             best = new_best
         return best, total, acc
@@ -158,37 +151,36 @@ if triton is not None:
         q_ptr, k_ptr, v_ptr, k_pool, v_pool, table_ptr, positions_ptr, out_ptr,
         table_stride, num_blocks, pool_stride, scale,
         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-        BLOCK_N: tl.constexpr, GROUP_TILE: tl.constexpr,
+        BLOCK_N: tl.constexpr,
     ):
-        """One program per (row, key/value head): the group of query heads it serves attend together."""
         row = tl.program_id(0).to(tl.int64)
-        kv_head = tl.program_id(1)
+        head = tl.program_id(1)
         group: tl.constexpr = NUM_HEADS // NUM_KV_HEADS
-        g = tl.arange(0, GROUP_TILE)
-        real = g < group  # GROUP_TILE is the group size rounded up to a power of two
+        kv_head = head // group
         d = tl.arange(0, HEAD_DIM)
-        at = (row * NUM_HEADS + kv_head * group + g)[:, None] * HEAD_DIM + d[None, :]  # [G, D]
+        at = (row * NUM_HEADS + head) * HEAD_DIM + d
         kv_at = (row * NUM_KV_HEADS + kv_head) * HEAD_DIM + d
-        q = tl.load(q_ptr + at, mask=real[:, None], other=0.0).to(tl.float32) * scale
+        q = tl.load(q_ptr + at).to(tl.float32) * scale
         k_new = tl.load(k_ptr + kv_at)
         v_new = tl.load(v_ptr + kv_at)
         position = tl.load(positions_ptr + row)
         table = table_ptr + row * table_stride
-        # Store the new token where the table puts it (idle rows past their table write its last block). No
-        # program reads that position from the pool.
+        # Store the new token where the table puts it (idle rows past their table write its last block), once
+        # per key/value head: by the first query head of its group. No program reads that position from the pool.
         own = tl.load(table + tl.minimum(position // BLOCK_SIZE, num_blocks - 1)).to(tl.int64)
         dest = (own * BLOCK_SIZE + position % BLOCK_SIZE) * pool_stride + kv_head * HEAD_DIM + d
-        tl.store(k_pool + dest, k_new)
-        tl.store(v_pool + dest, v_new)
-        # The new token first: it is always attended, so the running maxima start finite.
-        best = tl.sum(q * k_new.to(tl.float32)[None, :], axis=1)
-        total = tl.full((GROUP_TILE,), 1.0, tl.float32)
-        acc = tl.zeros((GROUP_TILE, HEAD_DIM), tl.float32) + v_new.to(tl.float32)[None, :]
+        if head % group == 0:
+            tl.store(k_pool + dest, k_new)
+            tl.store(v_pool + dest, v_new)
+        # The new token first: it is always attended, so the running maximum starts finite.
+        best = tl.sum(q * k_new.to(tl.float32), axis=0)
+        total = tl.full((), 1.0, tl.float32)
+        acc = v_new.to(tl.float32)
         # Then the cached positions before it, read in place through the table.
         cached = tl.minimum(position, num_blocks * BLOCK_SIZE)
         best, total, acc = _attend_blocks(q, k_pool, v_pool, table, cached, kv_head, pool_stride, best, total, acc,
                                           HEAD_DIM, BLOCK_SIZE, BLOCK_N)
-        tl.store(out_ptr + at, (acc / total[:, None]).to(out_ptr.dtype.element_ty), mask=real[:, None])
+        tl.store(out_ptr + at, (acc / total).to(out_ptr.dtype.element_ty))
 
     @triton.jit
     def _paged_cross_attention_kernel(
@@ -198,14 +190,14 @@ if triton is not None:
         row = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         d = tl.arange(0, HEAD_DIM)
-        at = (row * NUM_HEADS + head) * HEAD_DIM + d[None, :]  # [1, D]: a group of one
+        at = (row * NUM_HEADS + head) * HEAD_DIM + d
         q = tl.load(q_ptr + at).to(tl.float32) * scale
         table = table_ptr + row * table_stride
         length = tl.minimum(tl.load(lengths_ptr + row), num_blocks * BLOCK_SIZE)
         # A finite start: a row of length 0 (an idle slot) ends with zero weight and writes zeros.
-        best = tl.full((1,), -1.0e30, tl.float32)
-        total = tl.full((1,), 0.0, tl.float32)
-        acc = tl.zeros((1, HEAD_DIM), tl.float32)
+        best = tl.full((), -1.0e30, tl.float32)
+        total = tl.full((), 0.0, tl.float32)
+        acc = tl.zeros((HEAD_DIM,), tl.float32)
         best, total, acc = _attend_blocks(q, k_pool, v_pool, table, length, head, pool_stride, best, total, acc,
                                           HEAD_DIM, BLOCK_SIZE, BLOCK_N)
-        tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)[:, None]).to(out_ptr.dtype.element_ty))
+        tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)).to(out_ptr.dtype.element_ty))
