@@ -112,7 +112,9 @@ def paged_decode_attention(
     if block_table.stride(1) != 1:
         block_table = block_table.contiguous()
     out = torch.empty_like(q)
-    _paged_decode_attention_kernel[(b, h)](
+    # Heads vary fastest in the launch order: the query heads that share a key/value head run side by side, so
+    # all but the first of a group read its keys and values from L2, not from memory.
+    _paged_decode_attention_kernel[(h, b)](
         q, k, v, k_pool, v_pool, block_table, positions, out,
         block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
         NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, 4096 // d)),
@@ -153,8 +155,8 @@ if triton is not None:
         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr,
     ):
-        row = tl.program_id(0).to(tl.int64)
-        head = tl.program_id(1)
+        head = tl.program_id(0)
+        row = tl.program_id(1).to(tl.int64)
         group: tl.constexpr = NUM_HEADS // NUM_KV_HEADS
         kv_head = head // group
         d = tl.arange(0, HEAD_DIM)
