@@ -25,6 +25,8 @@ from oasr.layers.backend import KernelGap
 # from the engine's paged cross-attention pool (CrossAttention; oasr.kernels.paged_attention).
 # conv_subsampling: FastConformer's strided 2-D convolutions and their ReLUs, channels last, the first conv fused
 # into the first depthwise conv (oasr.kernels.subsampling); its pointwise convs are matrix multiplies.
+# gated_mlp: a SiLU-gated feed-forward block's gate, silu(gate) * up, in one pass (GatedMLP; oasr.kernels.gated);
+# its projections are matrix multiplies.
 # rel_pos_attention: the Transformer-XL position term shifted, biased with v and masked into SDPA's float mask in
 # one pass (oasr.kernels.rel_position); the attention itself stays SDPA, so the op is also listed among the gaps.
 KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
@@ -35,6 +37,7 @@ KERNELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "paged_cross_attention": (),
     "conv_subsampling": ("conv2d", "relu"),
     "rel_pos_attention": (),
+    "gated_mlp": ("silu",),
 })
 
 DECLARED_GAPS: tuple[KernelGap, ...] = (
@@ -48,7 +51,7 @@ DECLARED_GAPS: tuple[KernelGap, ...] = (
     KernelGap("batch_norm", "folded into the depthwise convolution inside conformer_conv only"),
     KernelGap("lstm", "transducer prediction network steps run through cuDNN's LSTM"),
     KernelGap("relu", "fused inside conformer_conv and conv_subsampling only"),
-    KernelGap("silu", "fused into no epilogue yet"),
+    KernelGap("silu", "fused inside conformer_conv and a gated MLP's gate only"),
     KernelGap("glu", "torch's GLU pass; conformer_conv gates before its kernel (per tap inside it measured slower)"),
     KernelGap("rel_pos_attention", "only the position term has a kernel (rel_pos_attention, above); the attention "
               "itself runs on SDPA with it as the float mask"),
