@@ -17,13 +17,15 @@ import torch
 
 from oasr.bench.qwen3_asr import QWEN3_ASR_SHAPES
 from oasr.models.qwen3_asr.config import Qwen3AudioEncoderConfig
-from oasr.models.qwen3_asr.encoder import Qwen3AudioEncoder
+from oasr.models.qwen3_asr.encoder import Qwen3AudioEncoder, one_channel_conv
 
 
-def front(encoder: Qwen3AudioEncoder, x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+def front(encoder: Qwen3AudioEncoder, x: torch.Tensor, channels_last: bool, taps: bool = False) -> torch.Tensor:
+    """The front as cuDNN convolutions (``taps``: the first one as the encoder runs it, a matmul of its taps)."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    for conv in (encoder.conv2d1, encoder.conv2d2, encoder.conv2d3):
+    x = encoder.gelu(one_channel_conv(encoder.conv2d1, x) if taps else encoder.conv2d1(x))
+    for conv in (encoder.conv2d2, encoder.conv2d3):
         x = encoder.gelu(conv(x))
     n, channels, bins, steps = x.shape
     return encoder.conv_out(x.permute(0, 3, 1, 2).reshape(n, steps, channels * bins))
@@ -73,6 +75,11 @@ def main() -> None:
                 diff = (out.float() - reference.float()).abs().max().item()
                 print(f"{layout:14s} cudnn.benchmark={bench!s:5s} {ms:8.2f} ms {total / ms / 1e9:6.0f} TFLOP/s "
                       f"max diff {diff:.2e}")
+        out = front(encoder, x, False, taps=True)
+        ms = triton.testing.do_bench(lambda: front(encoder, x, False, taps=True), warmup=20, rep=200,
+                                     return_mode="median")
+        diff = (out.float() - reference.float()).abs().max().item()
+        print(f"first conv as taps matmul      {ms:8.2f} ms {total / ms / 1e9:6.0f} TFLOP/s max diff {diff:.2e}")
         for last in (False, True):
             torch._dynamo.reset()
             compiled = torch.compile(lambda y: front(encoder, y, last))

@@ -36,3 +36,19 @@ def test_positions_follow_their_request_window_by_window(frames: list[int]) -> N
         assert plan.counts[row] == len(want) == encoder_positions(n, CHUNK)
         assert out[row][: len(want)] == want
         assert all(x is None for x in out[row][len(want):])
+
+
+@pytest.mark.parametrize(("stride", "padding", "size"), [(2, 1, (128, 100)), (2, 1, (9, 7)), (1, 0, (6, 11))])
+def test_one_channel_conv_equals_the_convolution_in_channels_last_memory(stride: int, padding: int,
+                                                                         size: tuple[int, int]) -> None:
+    from oasr.layers import Conv2d
+    from oasr.models.qwen3_asr.encoder import one_channel_conv
+
+    torch.manual_seed(0)
+    conv = Conv2d(1, 24, 3, stride, padding=padding)
+    x = torch.randn(3, 1, *size)
+    got = one_channel_conv(conv, x)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got, conv(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="one input channel"):
+        one_channel_conv(Conv2d(2, 24, 3), torch.randn(3, 2, *size))

@@ -13,6 +13,7 @@ position to the language model's width.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers import GELU, Conv2d, LayerNorm, Linear, MultiHeadAttention, activation
@@ -67,8 +68,8 @@ class Qwen3AudioEncoder(nn.Module):
         b, mels, frames = features.shape
         chunk = self.config.chunk_frames
         x = features.view(b, mels, frames // chunk, chunk).permute(0, 2, 1, 3).reshape(-1, 1, mels, chunk)
-        x = x[plan.chunks]
-        for conv in (self.conv2d1, self.conv2d2, self.conv2d3):
+        x = self.gelu(one_channel_conv(self.conv2d1, x[plan.chunks]))
+        for conv in (self.conv2d2, self.conv2d3):  # channels last in and out: cuDNN's layout, no conversions
             x = self.gelu(conv(x))
         n, channels, bins, steps = x.shape
         # Rows of (chunk, step) made dense first: a strided [n, steps, channels * bins] view would make the
@@ -93,6 +94,22 @@ class Qwen3AudioEncoder(nn.Module):
             x = layer(x, plan.keys)
         x = with_zero_row(x.reshape(-1, x.shape[-1]))[plan.out_of_windows]
         return self.ln_post(x), plan.lengths
+
+
+def one_channel_conv(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``conv`` (one input channel) of x [N, 1, H, W] as one matrix multiply of its taps, bias included
+    -> [N, C, H', W'] in channels-last memory. (cuDNN runs a one-channel convolution on a slow generic kernel and
+    then converts its output, the largest activation of the encoder, to channels last for the next one.)"""
+    if conv.in_channels != 1 or conv.groups != 1 or conv.dilation != (1, 1) or conv.padding_mode != "zeros":
+        raise ValueError("one_channel_conv takes a plain convolution of one input channel")
+    n, _, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
+    rows, cols = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    taps = F.unfold(x, conv.kernel_size, padding=conv.padding, stride=conv.stride)  # [N, kh * kw, rows * cols]
+    weight = conv.weight.view(conv.out_channels, kh * kw).t()
+    flat = taps.transpose(1, 2).reshape(-1, kh * kw)
+    out = flat @ weight if conv.bias is None else torch.addmm(conv.bias, flat, weight)
+    return out.view(n, rows, cols, conv.out_channels).permute(0, 3, 1, 2)
 
 
 def with_zero_row(x: torch.Tensor) -> torch.Tensor:
