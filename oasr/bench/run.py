@@ -88,7 +88,9 @@ def bench_oasr(
     engine = ASREngine(loaded, config)
 
     def options(item: BenchItem) -> DecodeOptions:
-        language = item.language if loaded.config.is_multilingual else None
+        # A multilingual Whisper is told each clip's language (as transformers' side is); any other model gets
+        # what a server request without a language gets.
+        language = item.language if getattr(loaded.config, "is_multilingual", False) else None
         if fixed_output_tokens:
             return DecodeOptions(language=language or "en", min_new_tokens=fixed_output_tokens,
                                  max_new_tokens=fixed_output_tokens)

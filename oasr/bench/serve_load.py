@@ -160,15 +160,18 @@ def bench_server(args: argparse.Namespace, mode: str, clips: list[Clip], pool: P
     command = serve_command("--model", args.model, "--port", str(args.port), "--device", args.device,
                             "--max-queue", "4096", "--engine-mode", mode, "--api-workers", str(api_workers))
     print(f"# server ({mode} engine): {' '.join(command[1:])}; log {log_path}", flush=True)
+    from oasr.serving.app import served_name
+
+    model = served_name(args.model)  # what the server calls a model given as a path (its directory's name)
     rows = []
     with running_server(command, url, log_path) as server:
         if args.warmup_requests:
-            run_level(pool, args.client_processes, url, args.model, clips, concurrency=64,
+            run_level(pool, args.client_processes, url, model, clips, concurrency=64,
                       num_requests=args.warmup_requests)
         for concurrency in args.concurrency:
             num_requests = min(args.requests, max(64, args.requests_per_client * concurrency))
             before = _server_cpu(server.pid)
-            row = run_level(pool, args.client_processes, url, args.model, clips, concurrency=concurrency,
+            row = run_level(pool, args.client_processes, url, model, clips, concurrency=concurrency,
                             num_requests=num_requests)
             after = _server_cpu(server.pid)
             if before and after:
