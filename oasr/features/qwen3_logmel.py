@@ -83,8 +83,8 @@ class Qwen3LogMel:
             out[i, :, :frames] = self.at_once([samples], device, frames)[0]
         return out
 
-    def at_once(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str, total: int
-              ) -> torch.Tensor:
+    def at_once(self, audio: Sequence[np.ndarray | torch.Tensor], device: torch.device | str,
+                total: int) -> torch.Tensor:
         """Features of inputs as each has them alone, in one batch -> [B, n_mels, total] (zeros past each row's
         frames; ``total`` at least the longest row's frames)."""
         c = self.config

@@ -100,7 +100,8 @@ def one_channel_conv(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
     """``conv`` (one input channel) of x [N, 1, H, W] as one matrix multiply of its taps, bias included
     -> [N, C, H', W'] in channels-last memory. (cuDNN runs a one-channel convolution on a slow generic kernel and
     then converts its output, the largest activation of the encoder, to channels last for the next one.)"""
-    if conv.in_channels != 1 or conv.groups != 1 or conv.dilation != (1, 1) or conv.padding_mode != "zeros":
+    if (conv.in_channels != 1 or conv.groups != 1 or conv.dilation != (1, 1) or conv.padding_mode != "zeros"
+            or isinstance(conv.padding, str)):
         raise ValueError("one_channel_conv takes a plain convolution of one input channel")
     n, _, h, w = x.shape
     (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
