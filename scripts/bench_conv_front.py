@@ -28,7 +28,7 @@ def front(encoder: Qwen3AudioEncoder, x: torch.Tensor, channels_last: bool, taps
     for conv in (encoder.conv2d2, encoder.conv2d3):
         x = encoder.gelu(conv(x))
     n, channels, bins, steps = x.shape
-    return encoder.conv_out(x.permute(0, 3, 1, 2).reshape(n, steps, channels * bins))
+    return encoder.conv_out(x.permute(0, 3, 1, 2).reshape(n * steps, channels * bins))  # dense rows, as the encoder
 
 
 @contextlib.contextmanager

@@ -78,20 +78,15 @@ def main() -> None:
 
 def print_profile(name: str, forward) -> None:
     """One forward's kernels: the time by kind, then the ten largest."""
-    from torch.autograd import DeviceType
-
-    from oasr.bench.profiling import kernel_kind
+    from oasr.bench.profiling import device_kernels, time_by_kind
 
     forward()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         forward()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and not e.key.startswith("## ")]
-    kinds: dict[str, float] = {}
-    for e in kernels:
-        kinds[kernel_kind(e.key)] = kinds.get(kernel_kind(e.key), 0.0) + e.self_device_time_total / 1e3
-    print(f"-- {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+    kernels = device_kernels(prof.key_averages())
+    print(f"-- {name}: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in time_by_kind(kernels).items()))
     for e in sorted(kernels, key=lambda e: -e.self_device_time_total)[:10]:
         print(f"   {e.self_device_time_total / 1e3:8.2f} ms {e.count:5d}x {e.key[:100]}")
 

@@ -27,6 +27,23 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
+def device_kernels(events) -> list:
+    """The kernels among a profile's averaged events: an op's row repeats its kernels' time, and so does a
+    compiled graph's range ("## Call ...")."""
+    from torch.autograd import DeviceType
+
+    return [e for e in events if e.device_type == DeviceType.CUDA and not e.key.startswith("## ")]
+
+
+def time_by_kind(kernels) -> dict[str, float]:
+    """Seconds of kernel time per ``kernel_kind``, largest first."""
+    kinds: dict[str, float] = {}
+    for e in kernels:
+        kind = kernel_kind(e.key)
+        kinds[kind] = kinds.get(kind, 0.0) + e.self_device_time_total / 1e6
+    return dict(sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
 def profile_oasr(run: Callable[[], tuple], top: int = 25) -> None:
     """Runs ``run`` (-> (wall seconds, ...)) once under torch's profiler; prints the device's kernel time beside
     the wall time (the difference is time the device sat idle waiting for the host), the kernel time by kind,
@@ -36,16 +53,10 @@ def profile_oasr(run: Callable[[], tuple], top: int = 25) -> None:
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         seconds = run()[0]
-    events = prof.key_averages()
-    # Kernels only: an op's row repeats its kernels' time, and so does a compiled graph's range ("## Call ...").
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA and not e.key.startswith("## ")]
+    kernels = device_kernels(prof.key_averages())
     busy = sum(e.self_device_time_total for e in kernels) / 1e6
     print(f"profiled run: {seconds:.3f} s wall, {busy:.3f} s of device kernels")
-    kinds: dict[str, float] = {}
-    for e in kernels:
-        kind = kernel_kind(e.key)
-        kinds[kind] = kinds.get(kind, 0.0) + e.self_device_time_total / 1e6
-    print("by kind: " + ", ".join(f"{k} {v:.3f} s" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
+    print("by kind: " + ", ".join(f"{k} {v:.3f} s" for k, v in time_by_kind(kernels).items()))
     kernels.sort(key=lambda e: e.self_device_time_total, reverse=True)
     for e in kernels[:top]:
         print(f"{e.self_device_time_total / 1e3:10.1f} ms {e.count:7d}x {kernel_kind(e.key):9s} {e.key[:110]}")
