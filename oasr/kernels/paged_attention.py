@@ -113,7 +113,8 @@ def paged_decode_attention(
         block_table = block_table.contiguous()
     out = torch.empty_like(q)
     # Heads vary fastest in the launch order: the query heads that share a key/value head run side by side, so
-    # all but the first of a group read its keys and values from L2, not from memory.
+    # the later ones of a group can find its keys and values in L2 (on the H200, Qwen3-ASR's 16 over 8 heads:
+    # 347 ms -> 240 ms over 1,848 calls; L2 hits themselves were not measured).
     _paged_decode_attention_kernel[(h, b)](
         q, k, v, k_pool, v_pool, block_table, positions, out,
         block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
