@@ -192,6 +192,9 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
                    "to the manifest's directory); default: the bundled sample oasr/assets/jfk.flac")
     p.add_argument("--alpha", type=float, default=0.5,
                    help="int8: SmoothQuant's migration strength, s = max|X|^alpha / max|W|^(1 - alpha)")
+    p.add_argument("--decode-steps", action="store_true",
+                   help="also quantize the GEMMs each decode step runs (left in --dtype by default: at a step's "
+                        "few rows 8 bits are slower)")
     p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"),
                    help="dtype of the tensors left in full precision (norms, biases, embeddings, convolutions)")
 

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # Quantized on the host in float32, on the torch backend, so the calibration hooks see every norm.
     loaded = from_pretrained(args.source, device="cpu", dtype="float32", backend="torch", keep_checkpoint=True)
-    spec = quantize_model(loaded, args.method, calibration=calibration, alpha=args.alpha)
+    spec = quantize_model(loaded, args.method, calibration=calibration, alpha=args.alpha,
+                          decode_steps=args.decode_steps)
     tied = ARCHITECTURES.get(loaded.architecture).tied_keys
     state = {k: v for k, v in loaded.model.state_dict().items() if k not in tied}
     checkpoint = Checkpoint(loaded.architecture, loaded.config.to_dict(), state, loaded.checkpoint.tokenizer_file,

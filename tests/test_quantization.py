@@ -17,7 +17,14 @@ from oasr.errors import CheckpointError, UnsupportedQuantizationError
 from oasr.models import ARCHITECTURES
 from oasr.models.loader import from_pretrained
 from oasr.quantization import QUANT_METHODS, QuantizationSpec
-from oasr.quantization.apply import check_serves, default_calibration, method_named, quantizable, quantize_weights
+from oasr.quantization.apply import (
+    check_serves,
+    default_calibration,
+    method_named,
+    quantizable,
+    quantize_weights,
+    quantized_modules,
+)
 from oasr.quantization.smooth import activation_ranges, expand_groups, smooth
 from speech_data import audio_path, english_short, require_speech_data
 
@@ -103,6 +110,8 @@ def test_every_architecture_runs_quantized_close_to_float(arch_name: str, name: 
     inputs = arch.example_inputs(config, batch_size=2)
     for group in arch.capabilities.smooth_groups:  # a declaration must name real modules of the tiny model
         assert group.expand({n for n, _ in model.named_modules()})
+    if arch.capabilities.decode_step_gemms:  # so must this one (matching raises on a pattern matching nothing)
+        assert len(quantized_modules(model)) < len(quantizable(model))
     with torch.inference_mode():
         expected = model(*inputs)
         layers = quantizable(model)
@@ -149,7 +158,11 @@ def test_quantized_checkpoint_round_trips_its_spec_and_bytes(int8_dir: Path) -> 
     assert manifest["format_version"] == 2
     spec = QuantizationSpec.from_dict(manifest["quantization"])
     assert spec.method == "int8" and spec.smoothing is not None and "jfk.flac" in spec.smoothing.calibration
-    assert "model.decoder.layers.3.fc2" in spec.modules and "proj_out" not in spec.modules
+    assert "model.encoder.layers.3.fc2" in spec.modules and "proj_out" not in spec.modules
+    # Decode steps keep their float GEMMs by default; the cross-attention keys and values (1,500 rows) do not.
+    assert not {"model.decoder.layers.3.fc2", "model.decoder.layers.0.self_attn.q_proj"} & set(spec.modules)
+    assert "model.decoder.layers.3.encoder_attn.k_proj" in spec.modules
+    assert "model.decoder.layers.0.final_layer_norm" not in {g.norm for g in spec.smoothing.groups}
     assert QuantizationSpec.from_dict(spec.to_dict()) == spec
     stored = load_file(str(int8_dir / "model.safetensors"))
     loaded = from_pretrained(int8_dir, device="cpu", dtype="float32", keep_checkpoint=True)  # no flag needed
@@ -163,6 +176,15 @@ def test_quantized_checkpoint_round_trips_its_spec_and_bytes(int8_dir: Path) -> 
     again = int8_dir.parent / "again"
     assert main(["quantize", str(int8_dir), str(again), "--method", "int8"]) == 2  # already quantized: refused
     assert not again.exists()
+
+
+def test_decode_steps_flag_quantizes_every_gemm(tmp_path: Path) -> None:
+    destination = tmp_path / "all"
+    assert main(["quantize", "tiny.en", str(destination), "--method", "fp8", "--decode-steps"]) == 0
+    spec = QuantizationSpec.from_dict(json.loads((destination / "oasr.json").read_text())["quantization"])
+    model = from_pretrained("tiny.en", device="cpu", dtype="float32").model
+    assert set(spec.modules) == set(quantizable(model)) and "model.decoder.layers.3.fc2" in spec.modules
+    assert set(quantized_modules(model)) < set(spec.modules)
 
 
 def test_quantizing_at_load_equals_the_default_quantized_checkpoint(int8_dir: Path) -> None:

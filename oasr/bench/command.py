@@ -40,6 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-gib", type=float, default=8.0, help="KV memory budget (self + cross attention)")
     p.add_argument("--no-cuda-graphs", action="store_true")
     p.add_argument("--compile-encoder", action="store_true", help="torch.compile the encoder (AED, CUDA)")
+    p.add_argument("--no-encode-ahead", action="store_true",
+                   help="encode each request at admission, not while others decode (oasr.engine.encode_ahead)")
     p.add_argument("--latency", action="store_true", help="also time single requests alone")
     p.add_argument("--random-weights", action="store_true", help="random weights of --arch's shape on both sides")
     p.add_argument("--arch", default="whisper-large-v3")
@@ -49,6 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--quantization", default=None, choices=("fp8", "int8"),
                    help="quantize the model's GEMMs at load (W8A8; see docs/quantization.md)")
+    p.add_argument("--quantize-decode-steps", action="store_true",
+                   help="with --random-weights: quantize the decode steps' GEMMs too (as oasr quantize --decode-steps)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the timed run, profile one more of OASR's and print its top N kernels and ops")
 
@@ -72,13 +76,14 @@ def _wer(items: list[BenchItem], tokens: dict[str, list[int]], tokenizer) -> flo
     return word_error_rate([it.text for it in labelled], hypotheses, language=language or "multi").wer
 
 
-def _quantize_random(loaded, method_name: str) -> None:
+def _quantize_random(loaded, method_name: str, decode_steps: bool) -> None:
     """Random weights have no activations worth calibrating on: their GEMMs are quantized where they lie, without
     smoothing (which changes the numbers, not the work)."""
-    from oasr.quantization.apply import check_serves, method_named, quantizable, quantize_weights
+    from oasr.quantization.apply import check_serves, method_named, quantize_weights, quantized_modules
 
     check_serves(method_name, loaded.device, loaded.dtype)
-    quantize_weights(loaded.model, method_named(method_name), tuple(quantizable(loaded.model)))
+    modules = quantized_modules(loaded.model, decode_steps=decode_steps)
+    quantize_weights(loaded.model, method_named(method_name), modules)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,13 +104,14 @@ def run(args: argparse.Namespace) -> int:
 
         loaded, state = random_whisper(args.arch, device=device, dtype=dtype, tokenizer_file=args.tokenizer)
         if args.quantization:
-            _quantize_random(loaded, args.quantization)
+            _quantize_random(loaded, args.quantization, args.quantize_decode_steps)
     else:
         loaded = from_pretrained(args.model, device=device, dtype=dtype, keep_checkpoint=args.peer is not None,
                                  quantization=args.quantization)
         state = loaded.checkpoint.state_dict if loaded.checkpoint else None
     items = load_manifest(args.manifest, repeat=args.repeat) if args.manifest else _synthetic(args.num_utterances)
-    config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder)
+    config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder,
+                           encode_ahead=not args.no_encode_ahead)
     results: list[BenchResult] = []
     ours, our_tokens = bench_oasr(loaded, items, config, fixed_output_tokens=args.fixed_output_tokens,
                                   profile=args.profile)

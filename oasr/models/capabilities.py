@@ -46,6 +46,9 @@ class ModelCapabilities:
     # Which norms feed which GEMMs (module paths, ``*`` for a layer index), for SmoothQuant; empty: the model's
     # GEMMs are quantized without smoothing (``oasr.quantization``).
     smooth_groups: tuple[SmoothGroup, ...] = ()
+    # The GEMMs every decode step runs, at a step's few rows (module paths, ``*`` for a layer index). Quantization
+    # leaves them in the model's dtype unless asked: there 8 bits cost more passes than they save.
+    decode_step_gemms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNER_KINDS:

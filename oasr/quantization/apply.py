@@ -18,6 +18,7 @@ from oasr.layers import Linear
 from oasr.quantization import DEFAULT_ALPHA, QUANT_METHODS, QuantizationSpec
 from oasr.quantization.method import QuantMethod, check_dtype
 from oasr.quantization.smooth import Calibration, activation_ranges, expand_groups, smooth
+from oasr.quantization.spec import matching
 from oasr.registry import UnknownEntryError
 
 log = logging.getLogger(__name__)
@@ -58,22 +59,34 @@ def quantize_weights(model: nn.Module, method: QuantMethod, modules: tuple[str, 
         layer.set_quantized(method.bind(layer.weight.device, tuple(weight.shape)), weight, scale)
 
 
+def quantized_modules(model: nn.Module, *, decode_steps: bool = False) -> tuple[str, ...]:
+    """The GEMMs a quantization of ``model`` covers: every quantizable one, less the architecture's decode-step
+    GEMMs unless ``decode_steps``."""
+    modules = tuple(quantizable(model))
+    if decode_steps or not type(model).capabilities.decode_step_gemms:
+        return modules
+    steps = matching(type(model).capabilities.decode_step_gemms, set(modules))
+    return tuple(name for name in modules if name not in steps)
+
+
 def quantize_model(loaded, method_name: str, *, calibration: Calibration | None = None,
-                   alpha: float = DEFAULT_ALPHA) -> QuantizationSpec:
+                   alpha: float = DEFAULT_ALPHA, decode_steps: bool = False) -> QuantizationSpec:
     """Quantizes ``loaded.model`` (float weights, on the host, torch backend) in place and returns its spec.
     A method that smooths (int8) folds SmoothQuant factors from ``calibration`` (default: the bundled sample)
-    into the norms the architecture declares first; one that does not (fp8) ignores ``calibration``."""
+    into the norms the architecture declares first (those feeding a quantized GEMM); one that does not (fp8)
+    ignores ``calibration``. ``decode_steps``: also the GEMMs of each decode step (``quantized_modules``)."""
     method = method_named(method_name)
     model = loaded.model
-    modules = tuple(quantizable(model))
-    already = [name for name in modules if model.get_submodule(name).quant_gemm is not None]
+    modules = quantized_modules(model, decode_steps=decode_steps)
+    already = [name for name in quantizable(model) if model.get_submodule(name).quant_gemm is not None]
     if already:
         raise UnsupportedQuantizationError(f"{loaded.name} is already quantized ({already[0]} ...)")
     smoothing = None
     declared = type(model).capabilities.smooth_groups
     if method.smooths and declared:
         calibration = calibration or default_calibration()
-        groups = expand_groups(model, declared)
+        chosen = set(modules)
+        groups = tuple(g for g in expand_groups(model, declared) if chosen.intersection(g.gemms))
         ranges = activation_ranges(loaded, groups, calibration)
         smoothing = smooth(model, groups, ranges, alpha, calibration.description)
         log.info("smoothed %d groups from %s", len(groups), calibration.description)

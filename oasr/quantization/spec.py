@@ -46,6 +46,18 @@ class SmoothGroup:
         return groups
 
 
+def matching(patterns: tuple[str, ...], names: set[str]) -> set[str]:
+    """The names any of ``patterns`` (``*`` for a layer index) matches; a pattern matching nothing is an error in
+    the declaration it comes from."""
+    found: set[str] = set()
+    for pattern in patterns:
+        matched = [name for name, _ in _matches(pattern, names)]
+        if not matched:
+            raise ValueError(f"no module matches {pattern!r}")
+        found.update(matched)
+    return found
+
+
 def _matches(pattern: str, names: set[str]) -> list[tuple[str, str | None]]:
     """(name, the index the first ``*`` matched) for every name the pattern matches, in layer order."""
     if "*" not in pattern:

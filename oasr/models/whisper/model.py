@@ -162,6 +162,12 @@ class WhisperForConditionalGeneration(nn.Module):
             SmoothGroup("model.encoder.layer_norm",
                         tuple(f"model.decoder.layers.*.encoder_attn.{p}_proj" for p in "kv")),
         ),
+        # Not the cross-attention keys and values: they project a request's encoder output once, 1,500 rows.
+        decode_step_gemms=(
+            *(f"model.decoder.layers.*.self_attn.{p}_proj" for p in ("q", "k", "v", "out")),
+            "model.decoder.layers.*.encoder_attn.q_proj", "model.decoder.layers.*.encoder_attn.out_proj",
+            "model.decoder.layers.*.fc1", "model.decoder.layers.*.fc2",
+        ),
     )
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
