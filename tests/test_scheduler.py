@@ -273,17 +273,3 @@ def test_beside_decode_rows_small_encode_walks_wait_until_worth_it_but_not_past_
     # One free slot for two waiting rows is less than a worthwhile walk: the head waits, but only
     # max_encode_delay steps.
     assert [r.request_id for r in out.encode] == ["late"] and waited == 3
-
-
-def test_encode_next_names_the_waiting_requests_due_next_beside_decode_rows_only() -> None:
-    scheduler = make_scheduler(max_num_seqs=3)
-    runner = FakeRunner({f"r{i}": 50 for i in range(10)})
-    for i in range(10):
-        scheduler.add(make_request(f"r{i}"))
-    first = scheduler.schedule()
-    assert [r.request_id for r in first.encode] == ["r0", "r1", "r2"]
-    assert first.encode_next == ()  # nothing decodes: nothing to encode beside
-    scheduler.update(first, runner.execute(first))
-    second = scheduler.schedule()
-    assert not second.encode and len(second.decode) == 3  # no slot free
-    assert second.encode_next == ("r3", "r4", "r5", "r6")  # the queue's head, up to an encode walk's rows

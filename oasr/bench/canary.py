@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         max_num_seqs=args.max_num_seqs, max_encode_rows=args.max_encode_rows,
         max_encoder_frames=args.max_encode_rows * 2001, max_combined_encode_rows=args.max_combined_encode_rows,
         min_combined_encode_rows=args.min_combined_encode_rows, decode_steps_per_tick=args.decode_steps_per_tick),
-        runner=RunnerConfig(compile_encoder=args.compile_encoder, encode_ahead=not args.no_encode_ahead)))
+        runner=RunnerConfig(compile_encoder=args.compile_encoder)))
     prompt = list(engine.runner.prompter.prompt(options, None).token_ids)
     reference = reference.to(device=device, dtype=dtype)
 

@@ -40,8 +40,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-gib", type=float, default=8.0, help="KV memory budget (self + cross attention)")
     p.add_argument("--no-cuda-graphs", action="store_true")
     p.add_argument("--compile-encoder", action="store_true", help="torch.compile the encoder (AED, CUDA)")
-    p.add_argument("--no-encode-ahead", action="store_true",
-                   help="encode each request at admission, not while others decode (oasr.engine.encode_ahead)")
     p.add_argument("--latency", action="store_true", help="also time single requests alone")
     p.add_argument("--random-weights", action="store_true", help="random weights of --arch's shape on both sides")
     p.add_argument("--arch", default="whisper-large-v3")
@@ -110,8 +108,7 @@ def run(args: argparse.Namespace) -> int:
                                  quantization=args.quantization)
         state = loaded.checkpoint.state_dict if loaded.checkpoint else None
     items = load_manifest(args.manifest, repeat=args.repeat) if args.manifest else _synthetic(args.num_utterances)
-    config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder,
-                           encode_ahead=not args.no_encode_ahead)
+    config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder)
     results: list[BenchResult] = []
     ours, our_tokens = bench_oasr(loaded, items, config, fixed_output_tokens=args.fixed_output_tokens,
                                   profile=args.profile)

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         max_num_seqs=args.max_num_seqs, max_encode_rows=args.max_encode_rows,
         max_encoder_frames=args.max_encode_rows * 2001, max_combined_encode_rows=args.max_combined_encode_rows,
         min_combined_encode_rows=args.min_combined_encode_rows, decode_steps_per_tick=args.decode_steps_per_tick),
-        runner=RunnerConfig(encode_ahead=not args.no_encode_ahead)))
+        runner=RunnerConfig()))
     frames = loaded.features.frame_lengths(torch.tensor([len(a) for a in audio]))
     prompts = [list(engine.runner.prompter.prompt(options, None, loaded.model.encoder_frames(int(n))).token_ids)
                for n in frames]

@@ -30,8 +30,6 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-combined-encode-rows", type=int, default=64)
     # Decode steps between two reads of the tokens: each read empties the device's queue while the host works.
     parser.add_argument("--decode-steps-per-tick", type=int, default=8)
-    parser.add_argument("--no-encode-ahead", action="store_true",
-                        help="encode each request at admission, not while others decode (oasr.engine.encode_ahead)")
     parser.add_argument("--skip-peer", action="store_true", help="time OASR alone (no transformers rounds)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="with --skip-peer: also print the N ops that took the most device time")

@@ -200,13 +200,11 @@ def single_request_latency(loaded: LoadedModel, state_dict: dict | None, items: 
 
 
 def engine_config(
-    args_memory_gib: float, max_num_seqs: int, cuda_graphs: bool, compile_encoder: bool = False, *,
-    encode_ahead: bool = True,
+    args_memory_gib: float, max_num_seqs: int, cuda_graphs: bool, compile_encoder: bool = False
 ) -> EngineConfig:
     base = EngineConfig(cache=CacheConfig(memory_budget_bytes=int(args_memory_gib * 2**30)))
     return replace(base, scheduler=replace(base.scheduler, max_num_seqs=max_num_seqs),
-                   runner=replace(base.runner, cuda_graphs=cuda_graphs, compile_encoder=compile_encoder,
-                                  encode_ahead=encode_ahead))
+                   runner=replace(base.runner, cuda_graphs=cuda_graphs, compile_encoder=compile_encoder))
 
 
 def as_json(results: list[BenchResult], extra: dict) -> str:

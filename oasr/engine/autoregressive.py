@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +38,6 @@ from oasr.engine.aed_beams import BeamRows, BeamTick
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
 from oasr.engine.cross_cache import NoCrossStore, PagedCrossStore, SlotCrossStore
-from oasr.engine.encode_ahead import EncodeAhead
 from oasr.engine.kv_cache import PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
 from oasr.engine.prompt_pass import PromptPass
@@ -126,12 +125,6 @@ class AutoregressiveRunner:
         self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
         encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
         self.prompts = PromptPass(self, encoder)
-        sched = config.scheduler
-        self.ahead = EncodeAhead(self.device, sched.max_encode_rows, sched.min_combined_encode_rows) \
-            if config.runner.encode_ahead else None
-        # With encode-ahead on CUDA, the engine's steps run on a stream above the encoder's (oasr.engine.encode_ahead).
-        self._stream = torch.cuda.Stream(self.device, priority=-1) \
-            if self.ahead is not None and self.device.type == "cuda" else None
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
         if self.use_graphs:
@@ -176,16 +169,6 @@ class AutoregressiveRunner:
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, requests: Mapping[str, Request]) -> RunnerOutput:
-        if self._stream is None:
-            return self._execute(out, requests)
-        current = torch.cuda.current_stream(self.device)
-        self._stream.wait_stream(current)  # a caller's features, say, were made on its stream
-        with torch.cuda.stream(self._stream):
-            result = self._execute(out, requests)
-        current.wait_stream(self._stream)  # whatever runs after (word alignment, say) sees this step's writes
-        return result
-
-    def _execute(self, out: SchedulerOutput, requests: Mapping[str, Request]) -> RunnerOutput:
         for slot in out.released_slots:
             self._table_len[slot] = 0
         if out.released_slots:
@@ -195,13 +178,10 @@ class AutoregressiveRunner:
             self.beams.release(out.released_slots)
         if self.stager:  # runs beside this step's device work
             self.stager.stage(requests)
-        if self.ahead is not None:
-            self.ahead.retain(requests)
         decoded, logprobs, encoded, beams = {}, {}, {}, {}
         if out.decode:
             start = time.perf_counter()
-            ahead = (lambda: self._encode_ahead(out.encode_next, requests)) if self.ahead is not None else None
-            decoded, logprobs, beams = self._decode(out.decode, out.num_decode_steps, while_queued=ahead)
+            decoded, logprobs, beams = self._decode(out.decode, out.num_decode_steps)
             self.phase_seconds["decode"] += time.perf_counter() - start
         if out.encode:
             start = time.perf_counter()
@@ -209,12 +189,6 @@ class AutoregressiveRunner:
             beams.update(first_beams)
             self.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(encoded=encoded, decoded=decoded, logprobs=logprobs, beams=beams)
-
-    def _encode_ahead(self, upcoming: tuple[str, ...], requests: Mapping[str, Request]) -> None:
-        """Queues the encoder for the requests due next (not yet encoded), behind the decode tick just queued."""
-        batch = [requests[i] for i in upcoming if i in requests]
-        if batch:
-            self.ahead.launch(batch, self.prompts.encode)
 
     def flag_slots(self, slots: tuple[int, ...], options: DecodeOptions) -> None:
         for slot in slots:
@@ -240,10 +214,8 @@ class AutoregressiveRunner:
         self.state.block_table.index_copy_(0, table[:, 0], table[:, 1:])
 
     def _decode(
-        self, rows: tuple[DecodeRow, ...], steps: int, while_queued: Callable[[], None] | None = None
+        self, rows: tuple[DecodeRow, ...], steps: int
     ) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[float, ...]], dict[str, BeamResult]]:
-        """``steps`` decode steps over ``rows``; ``while_queued`` runs once they are queued on the device, before
-        their tokens are read (work to put beside them)."""
         self._sync_block_tables(rows)
         batch = _bucket(max(max(row.slots) for row in rows) + 1, self.batch_buckets)
         num_blocks = _bucket(max(len(row.block_ids[0]) for row in rows), self.block_buckets)
@@ -259,8 +231,6 @@ class AutoregressiveRunner:
                 tokens, logprobs = self._step_eager(batch, num_blocks, timestamps, sampling, beams=(tick, i))
             self._step_tokens[i, :batch].copy_(tokens)
             self._step_logprobs[i, :batch].copy_(logprobs)
-        if while_queued is not None:
-            while_queued()
         # One transfer for both (token ids are exact in float64).
         host = torch.stack(
             (self._step_tokens[:steps, :batch].double(), self._step_logprobs[:steps, :batch].double())

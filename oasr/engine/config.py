@@ -55,9 +55,6 @@ class RunnerConfig:
     # first encode walk pays the compilation (tens of seconds for large shapes).
     compile_encoder: bool = False
     batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS
-    # Encode the requests due next while a decode tick runs (oasr.engine.encode_ahead; on CUDA on a second,
-    # lower-priority stream). Encoder-decoder and LLM-ASR runners only.
-    encode_ahead: bool = True
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,12 @@ import torch
 from oasr.decode.aed_greedy import AEDRowState
 from oasr.decode.timestamp_rules import TimestampState
 from oasr.engine.aed_beams import BeamTick
-from oasr.engine.encode_ahead import gathered
 from oasr.engine.kv_cache import paged_context
 from oasr.engine.request import Request
 from oasr.engine.step import BeamResult, EncodeResult, EncodeRow
 from oasr.uploads import upload, upload_tensor
 from oasr.layers.cache import CrossAttentionCache
-from oasr.models.base import EncoderOutput, Prompt
+from oasr.models.base import Prompt
 
 if TYPE_CHECKING:
     from oasr.engine.autoregressive import AutoregressiveRunner
@@ -53,7 +52,10 @@ class PromptPass:
             ) -> tuple[dict[str, EncodeResult], dict[str, BeamResult]]:
         r = self.runner
         batch = [requests[row.request_id] for row in rows]
-        encoded = self._encoded(batch)
+        features, lengths = self._features(batch)
+        if r._compiled_encoder:
+            torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
+        encoded = self.encoder(features, lengths)
         cross = r.cross.write(r.model, rows, encoded.hidden, [q.num_cross_positions for q in batch])
         r.write_block_tables([(slot, blocks) for row in rows
                               for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
@@ -73,22 +75,6 @@ class PromptPass:
             for row, q, lang, token, lp, ns, has in zip(rows, batch, languages, *host, has_no_speech, strict=True)
         }
         return results, r.beams.collect(tick, 1) if tick is not None else {}
-
-    def encode(self, batch: list[Request]) -> EncoderOutput:
-        """The encoder's output for ``batch`` (features first)."""
-        features, lengths = self._features(batch)
-        if self.runner._compiled_encoder:
-            torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
-        return self.encoder(features, lengths)
-
-    def _encoded(self, batch: list[Request]) -> EncoderOutput:
-        """``batch``'s encoder output: the rows encoded ahead (``oasr.engine.encode_ahead``), the others now."""
-        ahead = self.runner.ahead.take(batch) if self.runner.ahead is not None else {}
-        if not ahead:
-            return self.encode(batch)
-        missing = [i for i in range(len(batch)) if i not in ahead]
-        fresh = self.encode([batch[i] for i in missing]) if missing else None
-        return gathered(ahead, fresh, missing, len(batch))
 
     def _features(self, batch: list[Request]) -> tuple[torch.Tensor, torch.Tensor]:
         """([B, n_mels, frames] on the device, frame counts [B] on the host): the caller's features where a

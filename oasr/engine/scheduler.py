@@ -115,7 +115,6 @@ class Scheduler:
             if request.request_id not in admitted:
                 request.num_passed_over += 1
         self.waiting = [r for r in self.waiting if r.request_id not in admitted]
-        upcoming = [r.request_id for r in ordered if r.request_id not in admitted][: cfg.max_encode_rows]
         out = SchedulerOutput(
             step=self.step_count,
             encode=encode,
@@ -123,7 +122,6 @@ class Scheduler:
             num_decode_steps=steps if decode else 0,
             released_slots=tuple(self._released),
             preempted=tuple(self._preempted),
-            encode_next=tuple(upcoming) if decode else (),
         )
         self._released, self._preempted = [], []
         return out

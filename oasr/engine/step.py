@@ -36,8 +36,6 @@ class SchedulerOutput:
     num_decode_steps: int = 0
     released_slots: tuple[int, ...] = ()  # slots freed since the last step (finished, aborted, preempted)
     preempted: tuple[str, ...] = ()
-    # Waiting requests the scheduler expects to admit next, in its order (a runner may encode them ahead).
-    encode_next: tuple[str, ...] = ()
 
     @property
     def is_empty(self) -> bool:
