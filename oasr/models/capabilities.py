@@ -33,6 +33,14 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
 _ALWAYS_SERVED = ("max_new_tokens", "task")  # task is checked against ``tasks``
 
 
+def decoder_step_gemms(layers: str, mlp: tuple[str, ...]) -> tuple[str, ...]:
+    """An encoder-decoder's decode-step GEMMs (``ModelCapabilities.decode_step_gemms``): each decoder layer's
+    self-attention projections, its cross-attention query and output projections and ``mlp`` (paths under the
+    layer). Not the cross-attention keys and values: they project a request's encoder output once."""
+    return (*(f"{layers}.self_attn.{p}_proj" for p in ("q", "k", "v", "out")),
+            f"{layers}.encoder_attn.q_proj", f"{layers}.encoder_attn.out_proj", *(f"{layers}.{m}" for m in mlp))
+
+
 @dataclass(frozen=True)
 class ModelCapabilities:
     runner: str  # a runner kind: "autoregressive" (a decoder step per token) or "frame_sync" (done in the encode walk)

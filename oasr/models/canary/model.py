@@ -19,7 +19,7 @@ from oasr.layers.attention import cross_kv, cross_kv_into
 from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
-from oasr.models.capabilities import ModelCapabilities
+from oasr.models.capabilities import ModelCapabilities, decoder_step_gemms
 from oasr.models.canary.config import CanaryConfig, CohereAsrConfig, tiny_canary_config, tiny_cohere_config
 from oasr.models.canary.decoder import AEDDecoder
 from oasr.models.canary.prompt import CanaryPrompter
@@ -58,6 +58,7 @@ class CanaryForConditionalGeneration(nn.Module):
         options=frozenset({"language", "target_language", "punctuation", "temperature", "min_new_tokens"}),
         tasks=("transcribe", "translate"),
         window_seconds=40.0,
+        decode_step_gemms=decoder_step_gemms("model.decoder.layers.*", ("mlp.fc1", "mlp.fc2")),
     )
 
     def __init__(self, config: CanaryConfig) -> None:
@@ -161,6 +162,7 @@ class CohereAsrForConditionalGeneration(CanaryForConditionalGeneration):
         decode_strategies=("aed_greedy", "hf_beam"),  # beam search as transformers' generate
         options=frozenset({"language", "punctuation", "temperature", "min_new_tokens"}),
         window_seconds=30.0,
+        decode_step_gemms=decoder_step_gemms("model.decoder.layers.*", ("mlp.fc1", "mlp.fc2")),
     )
 
     @staticmethod

@@ -25,7 +25,7 @@ from oasr.layers.attention import cross_kv, cross_kv_into
 from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
-from oasr.models.capabilities import ModelCapabilities
+from oasr.models.capabilities import ModelCapabilities, decoder_step_gemms
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
 from oasr.models.whisper.config import WhisperConfig, tiny_whisper_config
 from oasr.quantization.spec import SmoothGroup
@@ -162,12 +162,7 @@ class WhisperForConditionalGeneration(nn.Module):
             SmoothGroup("model.encoder.layer_norm",
                         tuple(f"model.decoder.layers.*.encoder_attn.{p}_proj" for p in "kv")),
         ),
-        # Not the cross-attention keys and values: they project a request's encoder output once, 1,500 rows.
-        decode_step_gemms=(
-            *(f"model.decoder.layers.*.self_attn.{p}_proj" for p in ("q", "k", "v", "out")),
-            "model.decoder.layers.*.encoder_attn.q_proj", "model.decoder.layers.*.encoder_attn.out_proj",
-            "model.decoder.layers.*.fc1", "model.decoder.layers.*.fc2",
-        ),
+        decode_step_gemms=decoder_step_gemms("model.decoder.layers.*", ("fc1", "fc2")),
     )
     # Checkpoint keys that alias another parameter and are never stored separately.
     tied_keys = {"proj_out.weight": "model.decoder.embed_tokens.weight"}
