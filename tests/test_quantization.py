@@ -299,3 +299,8 @@ def test_int8_tiny_en_wer_is_within_a_point_of_float32(int8_dir: Path, tmp_path:
     print(f"\ntiny.en WER over {len(entries)} English clips: float32 {full:.4f}, int8 {quantized:.4f}")
     assert full < 0.25  # the clips are read speech: a broken frontend lands far above
     assert quantized <= full + 0.01
+
+
+def test_bench_refuses_quantize_decode_steps_without_random_weights(capsys) -> None:
+    assert main(["bench", "--model", "tiny.en", "--quantization", "fp8", "--quantize-decode-steps"]) == 2
+    assert "--quantize-decode-steps needs --random-weights" in capsys.readouterr().err

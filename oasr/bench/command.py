@@ -85,6 +85,10 @@ def _quantize_random(loaded, method_name: str, decode_steps: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.quantize_decode_steps and not (args.random_weights and args.quantization):
+        print("oasr: error: bench: --quantize-decode-steps needs --random-weights and --quantization (a checkpoint's "
+              "own choice comes from `oasr quantize --decode-steps`)", file=sys.stderr)
+        return 2
     from oasr.bench.run import (
         as_json,
         bench_oasr,
