@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oasr.engine.config import EngineConfig
 from oasr.transcription.offline import AudioInput, OfflineTranscriber, ProgressCallback, no_progress
 from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel, from_pretrained
@@ -29,12 +30,15 @@ def iter_transcribe(
     device: str | torch.device = "auto",
     dtype: str | torch.dtype | None = None,
     on_progress: ProgressCallback = no_progress,
+    config: EngineConfig | None = None,
 ) -> Iterator[Transcription]:
     """Like ``transcribe`` but yields results as they finish; failed inputs yield results with ``error`` set.
     ``on_progress(found_s, done_s)`` is told the seconds of audio of each input once decoded, and the seconds
-    each finished window covers (a progress bar in audio seconds, moving within long inputs too)."""
+    each finished window covers (a progress bar in audio seconds, moving within long inputs too). ``config``:
+    the engine's configuration (``batch_size`` still sets its rows)."""
     loaded = model if isinstance(model, LoadedModel) else from_pretrained(model, device=device, dtype=dtype)
-    yield from OfflineTranscriber(loaded, options or TranscribeOptions()).run(_as_list(inputs), on_progress)
+    transcriber = OfflineTranscriber(loaded, options or TranscribeOptions(), config)
+    yield from transcriber.run(_as_list(inputs), on_progress)
 
 
 def transcribe(

@@ -27,6 +27,22 @@ def _add_quantization(p: argparse.ArgumentParser) -> None:
                    "checkpoint written by 'oasr quantize' is quantized already and needs no flag")
 
 
+def _add_kv_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"),
+                   help="how decoders hold their attention keys and values: 'auto' in the model's dtype, 'fp8' in "
+                   "float8 e4m3 with a scale per position and head (half the memory per request and per decode "
+                   "step; CUDA 8.9+ or the CPU; see docs/quantization.md)")
+
+
+def engine_config_of(args: argparse.Namespace):
+    """The ``EngineConfig`` a command's --kv-cache-dtype asks for (None: the defaults)."""
+    if args.kv_cache_dtype == "auto":
+        return None
+    from oasr.engine.config import CacheConfig, EngineConfig
+
+    return EngineConfig(cache=CacheConfig(kv_cache_dtype=args.kv_cache_dtype))
+
+
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("transcribe", help="transcribe audio files")
     p.add_argument("files", nargs="*", type=Path, help="audio files (wav, flac, mp3, ogg, opus, m4a, webm ...)")
@@ -92,6 +108,7 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--word-timestamps", action="store_true",
                    help="time every word (Whisper: cross-attention alignment); shown in json/jsonl output")
     _add_quantization(p)
+    _add_kv_cache(p)
 
 
 def _add_serve(sub: argparse._SubParsersAction) -> None:
@@ -164,6 +181,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-replica", type=float, default=0.0, metavar="G",
                    help="with --ray-replicas: GPUs each replica reserves (0.5 puts two replicas on one GPU)")
     _add_quantization(p)
+    _add_kv_cache(p)
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -248,7 +266,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     serve(args.model, settings, host=args.host, port=args.port, device=args.device,
           dtype=None if args.dtype == "auto" else args.dtype, engine_mode=args.engine_mode,
-          api_workers=args.api_workers, replicas=replicas, quantization=args.quantization, streaming=streaming)
+          api_workers=args.api_workers, replicas=replicas, quantization=args.quantization, streaming=streaming,
+          config=engine_config_of(args))
     return 0
 
 

@@ -143,12 +143,14 @@ def _progress_bar(args: argparse.Namespace, unit: str, total: float = 0):
 
 def _local_results(args: argparse.Namespace, paths: list[Path]):
     from oasr.api import iter_transcribe
+    from oasr.cli import engine_config_of
     from oasr.models.capabilities import capabilities_of
     from oasr.models.loader import from_pretrained
 
     loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
                              quantization=args.quantization)
     options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
+    config = engine_config_of(args)
     # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
     progress = _progress_bar(args, "audio s")
 
@@ -162,19 +164,20 @@ def _local_results(args: argparse.Namespace, paths: list[Path]):
     if args.stream:
         results = _streamed(args, loaded, paths)
     else:
-        results = iter_transcribe(paths, loaded, options=options, on_progress=on_progress)
+        results = iter_transcribe(paths, loaded, options=options, on_progress=on_progress, config=config)
     return enumerate(results), progress
 
 
 def _ray_results(args: argparse.Namespace, paths: list[Path], options: TranscribeOptions, ray_options: RayOptions):
     """Results from a Ray cluster as they come; the bar counts files (audio lengths are known only remotely)."""
+    from oasr.cli import engine_config_of
     from oasr.scale.ray_transcribe import WorkerSpec, transcribe_on_ray
 
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model  # actors' cwd may differ
     spec = WorkerSpec(model=model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
                       options=_transcribe_options(args, timed_model=False),
                       timed_options=_transcribe_options(args, timed_model=True), batch_size=options.batch_size,
-                      quantization=args.quantization)
+                      quantization=args.quantization, config=engine_config_of(args))
     progress = _progress_bar(args, "files", total=len(paths))
 
     def counted():
@@ -236,6 +239,8 @@ def _mode_conflict(args: argparse.Namespace) -> str | None:
     if args.stream:
         if args.ray_workers is not None:
             return "--stream cannot be combined with --ray-workers"
+        if args.kv_cache_dtype != "auto":
+            return "--kv-cache-dtype applies to decoders with attention caches; --stream runs none"
         return _stream_conflict(args)
     if args.chunk_ms is not None or args.endpointing:
         return "--chunk-ms and --endpointing need --stream"

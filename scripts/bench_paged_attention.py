@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Times the paged decode-attention kernel (oasr.kernels.paged_attention) over its tile size and warp count on
 CUDA, at a Qwen3-1.7B decode shape (grouped key/value heads, long prompts) and two Whisper shapes, to choose the
-launch settings ``paged_decode_attention`` uses.
+launch settings ``paged_decode_attention`` uses. ``--cross`` times a decode step's cross-attention at Whisper's
+fixed window instead: SDPA over the fp16 slots (the ``auto`` cache) against the paged kernel over e4m3 slots
+(``kv_cache_dtype`` fp8), the kernel's tile and warps swept.
 
-    PYTHONPATH=. python3 scripts/bench_paged_attention.py
+    PYTHONPATH=. python3 scripts/bench_paged_attention.py [--cross]
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import triton
@@ -32,14 +36,65 @@ def time_shape(b: int, h: int, kv: int, d: int, pos: int, block_size: int = 16) 
     for block_n in (16, 32, 64, 128):
         for warps in (1, 2, 4, 8):
             def launch() -> None:
-                paged_attention._paged_decode_attention_kernel[(b, h)](
-                    q, k, v, k_pool, v_pool, table, positions, out, table.stride(0), table.shape[1],
+                paged_attention._paged_decode_attention_kernel[(h, b)](
+                    q, k, v, k_pool, v_pool, k_pool, v_pool, table, positions, out, table.stride(0), table.shape[1],
                     k_pool.stride(0), d**-0.5, NUM_HEADS=h, NUM_KV_HEADS=kv, HEAD_DIM=d, BLOCK_SIZE=block_size,
-                    BLOCK_N=block_n, num_warps=warps)
+                    BLOCK_N=block_n, SCALED=False, num_warps=warps)
             us = 1000 * triton.testing.do_bench(launch, warmup=20, rep=100)
             print(f"b={b} h={h} kv={kv} d={d} pos~{pos} BLOCK_N={block_n} warps={warps}: {us:.1f} us", flush=True)
 
 
+CROSS_SHAPES = (  # rows, heads, head size, encoder positions: large-v3 and tiny at 64 rows, large-v3 at 256
+    (64, 20, 64, 1500),
+    (64, 6, 64, 1500),
+    (256, 20, 64, 1500),
+)
+
+
+def time_cross(b: int, h: int, d: int, s: int) -> None:
+    from oasr.layers.attention import sdpa
+    from oasr.layers.kv_format import quantize_heads
+
+    k = torch.randn(b, s, h, d, device="cuda", dtype=torch.float16)
+    v = torch.randn_like(k)
+    q = torch.randn(b, h, 1, d, device="cuda", dtype=torch.float16)
+    dense_k, dense_v = k.transpose(1, 2), v.transpose(1, 2)  # the slot store's [B, H, S, D] views
+    us = 1000 * triton.testing.do_bench(lambda: sdpa(q, dense_k, dense_v), warmup=20, rep=100)
+    moved = 2 * b * s * h * d * 2
+    print(f"cross b={b} h={h} s={s} fp16 SDPA: {us:.1f} us ({moved / us / 1e6:.2f} TB/s)", flush=True)
+    k8, ks = quantize_heads(k.flatten(0, 1))  # [B * S, H, D] and scales [B * S, H]
+    v8, vs = quantize_heads(v.flatten(0, 1))
+    k_scale = ks.view(b, s, h).transpose(1, 2).contiguous()  # [slots, H, window]
+    v_scale = vs.view(b, s, h).transpose(1, 2).contiguous()
+    table = torch.arange(b, device="cuda")[:, None]
+    lengths = torch.full((b,), s, device="cuda")
+    want = sdpa(q, dense_k, dense_v)[:, :, 0].float()
+    moved = 2 * b * s * h * (d + 4)
+    for splits in (1, 2, 4, 8):
+        for block_n in (64, 128):
+            for warps in (1, 2, 4):
+                def launch() -> torch.Tensor:
+                    return paged_attention.paged_cross_attention(q[:, :, 0], k8, v8, table, lengths, s, k_scale,
+                                                                 v_scale, block_n=block_n, num_warps=warps,
+                                                                 splits=splits)
+                error = (launch().float() - want).abs().max().item()
+                us = 1000 * triton.testing.do_bench(launch, warmup=20, rep=100)
+                print(f"cross b={b} h={h} s={s} fp8 splits={splits} BLOCK_N={block_n} warps={warps}: {us:.1f} us "
+                      f"({moved / us / 1e6:.2f} TB/s, max error against fp16 {error:.3f})", flush=True)
+    # Rounding a batch's new K/V into the slots: torch's passes against the one-pass kernel.
+    from oasr.kernels.kv_store import store_scaled
+
+    rows = torch.arange(b * s, device="cuda")
+    fresh = k.flatten(0, 1)
+    torch_us = 1000 * triton.testing.do_bench(lambda: quantize_heads(fresh), warmup=5, rep=50)
+    kernel_us = 1000 * triton.testing.do_bench(lambda: store_scaled(k8, k_scale, rows, fresh, s), warmup=5, rep=50)
+    print(f"store b={b} h={h} s={s}: torch quantize {torch_us:.0f} us, kernel store {kernel_us:.0f} us", flush=True)
+
+
 if __name__ == "__main__":
-    for shape in SHAPES:
-        time_shape(*shape)
+    if "--cross" in sys.argv[1:]:
+        for shape in CROSS_SHAPES:
+            time_cross(*shape)
+    else:
+        for shape in SHAPES:
+            time_shape(*shape)

@@ -3,7 +3,8 @@
     python scripts/quant_accuracy.py --model tiny.en --manifest speech/manifest.jsonl --device cuda
 
 Each method (``--methods``, default fp8 and int8) loads the checkpoint quantized at load (``--quantization``);
-every run decodes the manifest's English entries greedily through the engine. Printed per run: corpus WER
+``kv-fp8`` instead keeps the GEMMs in full precision and the decoder's K/V cache in e4m3 (``--kv-cache-dtype
+fp8``). Every run decodes the manifest's English entries greedily through the engine. Printed per run: corpus WER
 (Whisper's English normalizer), the share of utterances whose tokens equal the full-precision run's, and the
 token error rate between the two (edit distance over token ids, per full-precision token).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -43,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--manifest", type=Path, required=True)
-    parser.add_argument("--methods", nargs="*", default=["fp8", "int8"])
+    parser.add_argument("--methods", nargs="*", default=["fp8", "int8"], choices=["fp8", "int8", "kv-fp8"])
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--max-num-seqs", type=int, default=64)
@@ -61,13 +63,15 @@ def main() -> None:
     report = {"model": args.model, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
               "utterances": len(items), "only": args.only, "runs": {}}
     for method in [None, *args.methods]:
-        loaded = from_pretrained(args.model, device=device, dtype=dtype, quantization=None if args.only else method)
-        if args.only and method is not None:  # a part of the model, unsmoothed
+        cache = "fp8" if method == "kv-fp8" else "auto"
+        gemms = None if args.only or cache == "fp8" else method
+        loaded = from_pretrained(args.model, device=device, dtype=dtype, quantization=gemms)
+        if args.only and method is not None and cache == "auto":  # a part of the model, unsmoothed
             from oasr.quantization.apply import method_named, quantizable, quantize_weights
 
             chosen = tuple(name for name in quantizable(loaded.model) if name.startswith(args.only))
             quantize_weights(loaded.model, method_named(method), chosen)
-        _, tokens = bench_oasr(loaded, items, config)
+        _, tokens = bench_oasr(loaded, items, replace(config, cache=replace(config.cache, kv_cache_dtype=cache)))
         name = method or "full"
         runs[name] = tokens
         texts = [loaded.tokenizer.decode(tokens[it.item_id]) for it in items]

@@ -84,7 +84,7 @@ def test_grouped_query_attention_through_the_paged_pool_equals_full_context() ->
     attention = GroupedQueryAttention(48, 4, 2, 16, qk_norm_eps=1e-6)
     rotary = RotaryEmbedding(16)
     spec = DecoderSpec(1, 4, 2, 16, 16, cross=None, prompt_audio=PromptAudio(8))
-    pool = PagedKVPool(spec, num_blocks=8, block_size=4, dtype=torch.float32, device=torch.device("cpu"))
+    pool = PagedKVPool(spec, num_blocks=8, block_size=4, fmt=torch.float32, device=torch.device("cpu"))
     table = torch.tensor([[5, 2], [3, 7]])
     x = torch.randn(2, 7, 48)
     positions = torch.arange(7).expand(2, -1)

@@ -132,7 +132,7 @@ def test_paged_cross_reads_what_dense_cross_attention_reads() -> None:
     torch.manual_seed(2)
     layers, heads, dim, block = 2, 2, 4, 4
     spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=12, fixed=False))
-    store = PagedCrossStore(spec, num_blocks=12, block_size=block, num_slots=5, dtype=torch.float32,
+    store = PagedCrossStore(spec, num_blocks=12, block_size=block, num_slots=5, fmt=torch.float32,
                             device=torch.device("cpu"))
     hidden = torch.randn(2, 10, heads * dim)
     lengths = torch.tensor([10, 3])

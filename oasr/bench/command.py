@@ -51,6 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="quantize the model's GEMMs at load (W8A8; see docs/quantization.md)")
     p.add_argument("--quantize-decode-steps", action="store_true",
                    help="with --random-weights: quantize the decode steps' GEMMs too (as oasr quantize --decode-steps)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"),
+                   help="how OASR's decoder caches hold keys and values (fp8: e4m3 with a scale per position and head)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the timed run, profile one more of OASR's and print its top N kernels and ops")
 
@@ -112,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
                                  quantization=args.quantization)
         state = loaded.checkpoint.state_dict if loaded.checkpoint else None
     items = load_manifest(args.manifest, repeat=args.repeat) if args.manifest else _synthetic(args.num_utterances)
-    config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder)
+    config = engine_config(args.memory_gib, args.max_num_seqs, not args.no_cuda_graphs, args.compile_encoder,
+                           args.kv_cache_dtype)
     results: list[BenchResult] = []
     ours, our_tokens = bench_oasr(loaded, items, config, fixed_output_tokens=args.fixed_output_tokens,
                                   profile=args.profile)

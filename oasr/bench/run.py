@@ -200,9 +200,11 @@ def single_request_latency(loaded: LoadedModel, state_dict: dict | None, items: 
 
 
 def engine_config(
-    args_memory_gib: float, max_num_seqs: int, cuda_graphs: bool, compile_encoder: bool = False
+    args_memory_gib: float, max_num_seqs: int, cuda_graphs: bool, compile_encoder: bool = False,
+    kv_cache_dtype: str = "auto",
 ) -> EngineConfig:
-    base = EngineConfig(cache=CacheConfig(memory_budget_bytes=int(args_memory_gib * 2**30)))
+    base = EngineConfig(cache=CacheConfig(memory_budget_bytes=int(args_memory_gib * 2**30),
+                                          kv_cache_dtype=kv_cache_dtype))
     return replace(base, scheduler=replace(base.scheduler, max_num_seqs=max_num_seqs),
                    runner=replace(base.runner, cuda_graphs=cuda_graphs, compile_encoder=compile_encoder))
 

@@ -49,6 +49,7 @@ from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutpu
 from oasr.uploads import upload, upload_tensor
 from oasr.errors import UnsupportedOptionError
 from oasr.kernels import paged_attention
+from oasr.layers.kv_format import kv_format
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
@@ -83,21 +84,22 @@ class AutoregressiveRunner:
         self.pads_to_window = self.spec.cross is not None and self.spec.cross.fixed
         seconds = self.capabilities.window_seconds
         self.window_samples = loaded.features.config.n_samples if seconds is None else int(seconds * 16_000)
-        self.plan: MemoryPlan = plan_memory(
-            self.spec, config.cache, max_num_seqs=config.scheduler.max_num_seqs, dtype=self.dtype, device=self.device)
+        self.kv_format = kv_format(config.cache.kv_cache_dtype, self.dtype, self.device)
+        self.plan: MemoryPlan = plan_memory(self.spec, config.cache, max_num_seqs=config.scheduler.max_num_seqs,
+                                            fmt=self.kv_format, device=self.device)
         block_size = config.cache.block_size
         slots = self.plan.num_slots
-        self.pool = PagedKVPool(self.spec, self.plan.num_blocks, block_size, self.dtype, self.device)
+        self.pool = PagedKVPool(self.spec, self.plan.num_blocks, block_size, self.kv_format, self.device)
         self.block_pool = BlockPool(self.plan.num_blocks, block_size)
         if self.spec.cross is None:  # the audio is spliced into the prompt (PromptAudio)
             self.cross: NoCrossStore | SlotCrossStore | PagedCrossStore = NoCrossStore()
             self.cross_pool: BlockPool | None = None
         elif self.spec.cross.fixed:
-            self.cross = SlotCrossStore(self.spec, slots, self.dtype, self.device)
+            self.cross = SlotCrossStore(self.spec, slots, self.kv_format, self.device)
             self.cross_pool = None
         else:
             self.cross = PagedCrossStore(self.spec, self.plan.num_cross_blocks, config.cache.cross_block_size, slots,
-                                         self.dtype, self.device)
+                                         self.kv_format, self.device)
             self.cross_pool = BlockPool(self.plan.num_cross_blocks, config.cache.cross_block_size)
         self.max_blocks = -(-self.max_positions // block_size)
         self.state = SlotState(slots, self.max_blocks, self.max_positions, filters.timestamp_tokens, self.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+KV_CACHE_DTYPES = ("auto", "fp8")  # CacheConfig.kv_cache_dtype (oasr.layers.kv_format)
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,16 @@ class CacheConfig:
     # Self-attention pool + cross-attention slots, at most. None: 40% of free GPU memory, or on CPU room for 8
     # requests of the model's longest length (oasr.engine.memory).
     memory_budget_bytes: int | None = None
+    # How K/V are held: "auto" in the model's dtype, "fp8" in float8 e4m3 with a scale per position and head
+    # (oasr.layers.kv_format): half the bytes per step and per request. Decoders with K/V caches only.
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.cross_block_size < 1 or (self.num_blocks is not None and self.num_blocks < 2):
             raise ValueError("CacheConfig needs block sizes >= 1 and, if given, num_blocks >= 2")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"unknown kv_cache_dtype {self.kv_cache_dtype!r}; choose one of "
+                             f"{', '.join(KV_CACHE_DTYPES)}")
 
 
 @dataclass(frozen=True)

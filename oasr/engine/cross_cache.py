@@ -9,20 +9,25 @@ A model's ``CrossSpec`` decides the layout:
   blocks, each request holding the blocks its own length needs (the scheduler hands them out with its slots);
   decode steps read the blocks in place with ``oasr.kernels.paged_attention.paged_cross_attention``, prompts
   through a gather (``PagedCrossStore``). A beam request's slots share one set of blocks.
+
+Either may hold e4m3 values with a scale per position and head (``kv_cache_dtype`` fp8, ``oasr.layers.kv_format``):
+a fixed-window slot is then read as one block of the window's length through the same paged kernel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from oasr.engine.memory import cache_zeros
+from oasr.engine.memory import kv_zeros
 from oasr.engine.step import EncodeRow
 from oasr.uploads import upload
 from oasr.kernels import paged_attention
+from oasr.layers import kv_format
 from oasr.layers.attention import sdpa
+from oasr.layers.kv_format import KVFormat
 from oasr.models.base import DecoderSpec
 
 
@@ -64,44 +69,61 @@ class SlotCross:
 
 
 class SlotCrossStore:
-    """Fixed-length cross K/V, one row of every layer per slot."""
+    """Fixed-length cross K/V, one row of every layer per slot.
 
-    def __init__(self, spec: DecoderSpec, num_slots: int, dtype: torch.dtype, device: torch.device) -> None:
+    Held as the model's dtype, a step reads the slots as they are, with SDPA. Held in e4m3 (``fmt.scaled``), each
+    slot is one block of the window's length, and steps read it as a paged cross-attention pool whose tables name
+    each row's own slot (``PagedCross``: the kernel scales the values as it reads them)."""
+
+    def __init__(self, spec: DecoderSpec, num_slots: int, fmt: KVFormat | torch.dtype, device: torch.device) -> None:
         self.spec = spec
         self.device = device
-        width = spec.num_kv_heads * spec.head_dim
-        shape = (spec.num_layers, num_slots, spec.cross.max_len, width)
-        self.k = cache_zeros(shape, dtype, device)
-        self.v = cache_zeros(shape, dtype, device)
+        self.format = fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
+        self.window = spec.cross.max_len
+        shape = (spec.num_layers, num_slots, self.window, spec.num_kv_heads, spec.head_dim)
+        self.k, self.k_scale = kv_zeros(self.format, *shape, device)  # [layers, slots * window, H, D]
+        self.v, self.v_scale = kv_zeros(self.format, *shape, device)
+        self._own_slot = torch.arange(num_slots, device=device)[:, None]  # each row's table: its slot
+        self._full = torch.full((num_slots,), self.window, dtype=torch.long, device=device)
 
-    @staticmethod
-    def bytes_per_slot(spec: DecoderSpec, dtype: torch.dtype) -> int:
-        return 2 * spec.num_layers * spec.cross.max_len * spec.num_kv_heads * spec.head_dim * dtype.itemsize
+    def _windows(self, cache: torch.Tensor) -> torch.Tensor:
+        """[layers, slots * window, H, D] -> [layers, slots, window, H * D] (the same bytes)."""
+        return cache.view(cache.shape[0], -1, self.window, cache.shape[2] * cache.shape[3])
 
     def _split(self, cross: torch.Tensor) -> torch.Tensor:
         """[layers, B, S, H * D] -> the [layers, B, H, S, D] view attention reads (heads stay interleaved)."""
         return cross.unflatten(-1, (self.spec.num_kv_heads, self.spec.head_dim)).transpose(2, 3)
 
-    def context(self, batch: int) -> SlotCross:
+    def _paged(self, table: torch.Tensor, lengths: torch.Tensor) -> PagedCross:
+        return PagedCross(self.k, self.v, table, lengths, self.window, self.k_scale, self.v_scale,
+                          self.format.compute_dtype)
+
+    def context(self, batch: int) -> SlotCross | PagedCross:
         """Slots [0, batch) as a decode step reads them."""
-        return SlotCross(self._split(self.k[:, :batch]), self._split(self.v[:, :batch]))
+        if self.format.scaled:
+            return self._paged(self._own_slot[:batch], self._full[:batch])
+        return SlotCross(self._split(self._windows(self.k)[:, :batch]), self._split(self._windows(self.v)[:, :batch]))
 
     def release(self, slots: Sequence[int]) -> None:
         pass  # a slot's K/V is overwritten by its next request
 
-    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]) -> SlotCross:
+    def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]
+              ) -> SlotCross | PagedCross:
         """Projects every row's K/V (all ``max_len`` positions: ``lengths`` is not read) into each slot it holds;
         returns the batch's K/V as the prompts read it.
         Rows of one slot each in consecutive slots (every batch of a fresh engine, and most in steady state:
         slots are handed out lowest first) are projected straight into the slots; others through a scratch
-        buffer and one copy."""
+        buffer and one copy. In e4m3, each layer's projection is rounded into every slot of its row."""
+        if self.format.scaled:
+            return self._write_scaled(model, rows, hidden)
         first = [row.slots[0] for row in rows]
+        keys, values = self._windows(self.k), self._windows(self.v)
         if all(len(row.slots) == 1 for row in rows) and first == list(range(first[0], first[0] + len(rows))):
             span = slice(first[0], first[0] + len(rows))
-            k, v = self.k[:, span], self.v[:, span]
+            k, v = keys[:, span], values[:, span]
             model.cross_kv_into(hidden, k, v)
         else:
-            k = torch.empty((self.k.shape[0], len(rows), *self.k.shape[2:]), dtype=self.k.dtype, device=self.device)
+            k = torch.empty((keys.shape[0], len(rows), *keys.shape[2:]), dtype=keys.dtype, device=self.device)
             v = torch.empty_like(k)
             model.cross_kv_into(hidden, k, v)
             self._store(rows, k, v)
@@ -116,20 +138,50 @@ class SlotCrossStore:
             kb, vb = k, v
             if len(have) < len(rows):
                 kb, vb = k.index_select(1, index), v.index_select(1, index)
-            _as_words(self.k).index_copy_(1, slots, _as_words(kb))
-            _as_words(self.v).index_copy_(1, slots, _as_words(vb))
+            _as_words(self._windows(self.k)).index_copy_(1, slots, _as_words(kb))
+            _as_words(self._windows(self.v)).index_copy_(1, slots, _as_words(vb))
+
+    def _write_scaled(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor) -> PagedCross:
+        """Each layer's projection rounded into e4m3 at every slot of its row, as it comes (no layer's K/V is held
+        in full precision for the whole batch)."""
+        slots = [slot for row in rows for slot in row.slots]
+        owner = [i for i, row in enumerate(rows) for _ in row.slots]
+        slot_index, owner_index, first = upload(self.device, slots, owner, [row.slots[0] for row in rows])
+        targets = (slot_index[:, None] * self.window + torch.arange(self.window, device=self.device)).flatten()
+        heads, dim = self.spec.num_kv_heads, self.spec.head_dim
+
+        def sink(data: torch.Tensor, scale: torch.Tensor, layer: int) -> Callable[[torch.Tensor], None]:
+            def put(projected: torch.Tensor) -> None:  # [B * window, H * D] of one layer
+                values = projected.view(len(rows), self.window, heads, dim)
+                if len(slots) > len(rows):  # a beam request's slots all hold its K/V
+                    values = values[owner_index]
+                kv_format.store(data[layer], scale[layer], targets, values.flatten(0, 1), self.window)
+            return put
+
+        layers = range(self.spec.num_layers)
+        model.cross_kv_into(hidden, [sink(self.k, self.k_scale, i) for i in layers],
+                            [sink(self.v, self.v_scale, i) for i in layers])
+        return self._paged(first[:, None], self._full[: len(rows)])
 
 
 class PagedCross:
     """A step's view of paged cross K/V: the pool, each row's block table [B, nb] and length [B]."""
 
     def __init__(self, k_pool: torch.Tensor, v_pool: torch.Tensor, table: torch.Tensor, lengths: torch.Tensor,
-                 block_size: int) -> None:
+                 block_size: int, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        """``dtype``: what an e4m3 pool's values are read as (the model's dtype)."""
         self.k_pool = k_pool  # [layers, rows, H, D]
         self.v_pool = v_pool
+        self.k_scale = k_scale  # [layers, blocks, H, block_size] where the pool holds e4m3 values
+        self.v_scale = v_scale
         self.table = table
         self.lengths = lengths
         self.block_size = block_size
+        self.dtype = dtype or k_pool.dtype
+
+    def _scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        return (None, None) if self.k_scale is None else (self.k_scale[layer], self.v_scale[layer])
 
     def _rows(self) -> torch.Tensor:
         offsets = torch.arange(self.block_size, device=self.table.device)
@@ -140,45 +192,54 @@ class PagedCross:
         return (positions[None, :] < self.lengths[:, None])[:, None, None, :]
 
     def attend(self, layer: int, q: torch.Tensor, *, use_kernel: bool = False) -> torch.Tensor:
-        if use_kernel and q.shape[2] == 1 and paged_attention.supported(q):
-            out = paged_attention.paged_cross_attention(q[:, :, 0], self.k_pool[layer], self.v_pool[layer],
-                                                        self.table, self.lengths, self.block_size)
-            return out[:, :, None]
+        k_scale, v_scale = self._scales(layer)
+        b, h, t, d = q.shape
+        # One query per row in the kernel; a prompt's queries too where the pool is e4m3, as rows of their own
+        # (the alternative dequantizes every position the batch attends to).
+        if use_kernel and (t == 1 or k_scale is not None) and paged_attention.supported(q):
+            flat = q.transpose(1, 2).reshape(b * t, h, d)
+            table, lengths = self.table, self.lengths
+            if t > 1:
+                table, lengths = table.repeat_interleave(t, 0), lengths.repeat_interleave(t, 0)
+            out = paged_attention.paged_cross_attention(flat, self.k_pool[layer], self.v_pool[layer], table,
+                                                        lengths, self.block_size, k_scale, v_scale)
+            return out.view(b, t, h, d).transpose(1, 2)
         rows = self._rows()
-        keys = self.k_pool[layer][rows].transpose(1, 2)  # [B, H, L, D]
-        values = self.v_pool[layer][rows].transpose(1, 2)
-        return sdpa(q, keys, values, mask=self._mask(rows.shape[1]))
+        keys = kv_format.gather(self.k_pool[layer], k_scale, rows, self.block_size, q.dtype).transpose(1, 2)
+        values = kv_format.gather(self.v_pool[layer], v_scale, rows, self.block_size, q.dtype).transpose(1, 2)
+        return sdpa(q, keys, values, mask=self._mask(rows.shape[1]))  # keys, values: [B, H, L, D]
 
     def keys(self, layer: int) -> torch.Tensor:
-        return self.k_pool[layer][self._rows()].transpose(1, 2)
+        k_scale, _ = self._scales(layer)
+        return kv_format.gather(self.k_pool[layer], k_scale, self._rows(), self.block_size, self.dtype).transpose(1, 2)
 
 
 class PagedCrossStore:
     """Variable-length cross K/V in blocks of ``block_size`` encoder positions; block 0 is the null block that
     idle slots point at (their length is 0, so nothing of it is attended)."""
 
-    def __init__(self, spec: DecoderSpec, num_blocks: int, block_size: int, num_slots: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(self, spec: DecoderSpec, num_blocks: int, block_size: int, num_slots: int,
+                 fmt: KVFormat | torch.dtype, device: torch.device) -> None:
         self.spec = spec
         self.block_size = block_size
         self.device = device
-        rows = num_blocks * block_size
-        shape = (spec.num_layers, rows, spec.num_kv_heads, spec.head_dim)
-        self.k = cache_zeros(shape, dtype, device)
-        self.v = cache_zeros(shape, dtype, device)
+        self.format = fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
+        shape = (spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        self.k, self.k_scale = kv_zeros(self.format, *shape, device)
+        self.v, self.v_scale = kv_zeros(self.format, *shape, device)
         self.max_blocks = -(-spec.cross.max_len // block_size)
         self.table = torch.zeros(num_slots, self.max_blocks, dtype=torch.long, device=device)
         self.lengths = torch.zeros(num_slots, dtype=torch.long, device=device)
 
-    @staticmethod
-    def bytes_per_block(spec: DecoderSpec, block_size: int, dtype: torch.dtype) -> int:
-        return 2 * spec.num_layers * block_size * spec.num_kv_heads * spec.head_dim * dtype.itemsize
+    def _view(self, table: torch.Tensor, lengths: torch.Tensor) -> PagedCross:
+        return PagedCross(self.k, self.v, table, lengths, self.block_size, self.k_scale, self.v_scale,
+                          self.format.compute_dtype)
 
     def context(self, batch: int, slots: torch.Tensor | None = None) -> PagedCross:
         """Slots [0, batch) (or the given ``slots``) as a step reads them."""
         table = self.table[:batch] if slots is None else self.table[slots]
         lengths = self.lengths[:batch] if slots is None else self.lengths[slots]
-        return PagedCross(self.k, self.v, table, lengths, self.block_size)
+        return self._view(table, lengths)
 
     def release(self, slots: Sequence[int]) -> None:
         (index,) = upload(self.device, list(slots))
@@ -208,11 +269,11 @@ class PagedCrossStore:
         table_ = flat_table.view(b, self.max_blocks)
         packed = hidden.flatten(0, 1).index_select(0, source)[None]  # [1, N, E]: the real positions
         width = spec.num_kv_heads * spec.head_dim
-        k = torch.empty((spec.num_layers, 1, packed.shape[1], width), dtype=self.k.dtype, device=self.device)
+        k = torch.empty((spec.num_layers, 1, packed.shape[1], width), dtype=hidden.dtype, device=self.device)
         v = torch.empty_like(k)
         model.cross_kv_into(packed, k, v)
-        for store, new in ((self.k, k), (self.v, v)):
-            store.index_copy_(1, target, new.view(spec.num_layers, -1, spec.num_kv_heads, spec.head_dim))
+        for data, scale, new in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
+            kv_format.store(data, scale, target, new.view(spec.num_layers, -1, spec.num_kv_heads, spec.head_dim), size)
         self.table.index_copy_(0, slots_, table_[owner_])
         self.lengths.index_copy_(0, slots_, lengths_[owner_])
-        return PagedCross(self.k, self.v, table_, lengths_, self.block_size)
+        return self._view(table_, lengths_)

@@ -24,6 +24,7 @@ from oasr.engine.config import EngineConfig
 from oasr.engine.request import Request
 from oasr.engine.runners import RUNNERS
 from oasr.engine.step import EncodeResult, RunnerOutput, SchedulerOutput
+from oasr.errors import UnsupportedOptionError
 from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.frame_sync import FrameSyncModel
@@ -76,6 +77,10 @@ class FrameSyncRunner:
         self.model = loaded.model
         if not isinstance(self.model, FrameSyncModel):  # the prompt seam below is declared there
             raise TypeError(f"{loaded.architecture}: a frame_sync architecture must subclass FrameSyncModel")
+        if config.cache.kv_cache_dtype != "auto":
+            raise UnsupportedOptionError(
+                f"{loaded.name} ({loaded.architecture}) decodes frame by frame and keeps no decoder K/V cache: "
+                f"kv_cache_dtype {config.cache.kv_cache_dtype!r} does not apply to it")
         self.device = loaded.device
         self.capabilities = capabilities_of(type(self.model))
         strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)

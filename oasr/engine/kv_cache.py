@@ -2,7 +2,8 @@
 
 Pool layout: ``k[layer]`` is [num_blocks * block_size, heads, head_dim]; position p of a request whose block
 table is ``t`` lives at row ``t[p // block_size] * block_size + p % block_size``. Block 0 is the null block:
-idle decode rows point there so their (discarded) writes touch nothing live.
+idle decode rows point there so their (discarded) writes touch nothing live. An e4m3 pool (``kv_cache_dtype``
+fp8) also has ``k_scale[layer]`` and ``v_scale[layer]``, [num_blocks, heads, block_size] (``oasr.layers.kv_format``).
 """
 
 from __future__ import annotations
@@ -10,19 +11,23 @@ from __future__ import annotations
 import torch
 
 from oasr.kernels import paged_attention
-from oasr.engine.memory import cache_zeros
+from oasr.engine.memory import kv_zeros
+from oasr.layers import kv_format
 from oasr.layers.attention import sdpa
+from oasr.layers.kv_format import KVFormat
 from oasr.models.base import DecoderSpec
 
 
 class PagedKVPool:
-    def __init__(self, spec: DecoderSpec, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device):
-        rows = num_blocks * block_size
+    def __init__(self, spec: DecoderSpec, num_blocks: int, block_size: int, fmt: KVFormat | torch.dtype,
+                 device: torch.device):
+        """``fmt``: how K/V are held (a bare dtype: in that dtype, unscaled)."""
+        self.format = fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
         self.block_size = block_size
         self.num_blocks = num_blocks
-        shape = (spec.num_layers, rows, spec.num_kv_heads, spec.head_dim)
-        self.k = cache_zeros(shape, dtype, device)
-        self.v = cache_zeros(shape, dtype, device)
+        shape = (spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
+        self.k, self.k_scale = kv_zeros(self.format, *shape, device)
+        self.v, self.v_scale = kv_zeros(self.format, *shape, device)
         self.offsets = torch.arange(block_size, device=device)
 
     def rows(self, block_table: torch.Tensor) -> torch.Tensor:
@@ -36,8 +41,13 @@ class PagedKVPool:
         shorter rows copy the null block onto itself."""
         sources = self.rows(source_table).flatten()
         targets = self.rows(target_table).flatten()
-        self.k.index_copy_(1, targets, self.k.index_select(1, sources))
-        self.v.index_copy_(1, targets, self.v.index_select(1, sources))
+        kv_format.copy_rows(self.k, self.k_scale, sources, targets, self.block_size)
+        kv_format.copy_rows(self.v, self.v_scale, sources, targets, self.block_size)
+
+    def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """One layer's (k, v, k_scale, v_scale); the scales are None unless the pool holds e4m3 values."""
+        scales = (None, None) if self.k_scale is None else (self.k_scale[layer], self.v_scale[layer])
+        return self.k[layer], self.v[layer], *scales
 
 
 class PagedContext:
@@ -67,21 +77,22 @@ class PagedContext:
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, use_kernel: bool = False
     ) -> torch.Tensor:
-        k_pool, v_pool = self.pool.k[layer], self.pool.v[layer]
+        k_pool, v_pool, k_scale, v_scale = self.pool.layer(layer)
+        size = self.pool.block_size
         # A decode step: one kernel stores the new token and reads the blocks in place.
         if use_kernel and self.decode_kernel and q.shape[2] == 1 and paged_attention.supported(q):
             out = paged_attention.paged_decode_attention(
-                q[:, :, 0], k[:, :, 0], v[:, :, 0], k_pool, v_pool, self.block_table, self.positions[:, 0],
-                self.pool.block_size,
+                q[:, :, 0], k[:, :, 0], v[:, :, 0], k_pool, v_pool, self.block_table, self.positions[:, 0], size,
+                k_scale, v_scale,
             )
             return out[:, :, None]
         b, h, t, d = k.shape
-        k_pool.index_copy_(0, self.write_rows, k.transpose(1, 2).reshape(b * t, h, d))
-        v_pool.index_copy_(0, self.write_rows, v.transpose(1, 2).reshape(b * t, h, d))
-        if self.from_start:
+        kv_format.store(k_pool, k_scale, self.write_rows, k.transpose(1, 2).reshape(b * t, h, d), size)
+        kv_format.store(v_pool, v_scale, self.write_rows, v.transpose(1, 2).reshape(b * t, h, d), size)
+        if self.from_start:  # the prompt attends to its own keys and values as computed, not as stored
             return sdpa(q, k, v, is_causal=True)
-        keys = k_pool[self.read_rows].transpose(1, 2)
-        values = v_pool[self.read_rows].transpose(1, 2)
+        keys = kv_format.gather(k_pool, k_scale, self.read_rows, size, q.dtype).transpose(1, 2)
+        values = kv_format.gather(v_pool, v_scale, self.read_rows, size, q.dtype).transpose(1, 2)
         return sdpa(q, keys, values, mask=self.mask)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from oasr.engine.config import CacheConfig
 from oasr.errors import OASRError
+from oasr.layers.kv_format import KVFormat
 from oasr.models.base import DecoderSpec
 
 _AUTO_GPU_FRACTION = 0.4
@@ -49,7 +50,16 @@ def cache_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
     return torch.frombuffer(mapping, dtype=dtype, count=count).view(shape)
 
 
-def budget_bytes(cache: CacheConfig, device: torch.device, spec: DecoderSpec, dtype: torch.dtype) -> int:
+def kv_zeros(fmt: KVFormat, layers: int, num_blocks: int, block_size: int, heads: int, head_dim: int,
+             device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One of K or V for every layer, zeroed, in ``fmt`` (``oasr.layers.kv_format``): (data [layers, num_blocks *
+    block_size, heads, head_dim], scale [layers, num_blocks, heads, block_size] or None)."""
+    data = cache_zeros((layers, num_blocks * block_size, heads, head_dim), fmt.storage_dtype, device)
+    scale = cache_zeros((layers, num_blocks, heads, block_size), torch.float32, device) if fmt.scaled else None
+    return data, scale
+
+
+def budget_bytes(cache: CacheConfig, device: torch.device, spec: DecoderSpec, fmt: KVFormat) -> int:
     """The configured budget; else 40% of the GPU's free memory, or on a host room for ``_HOST_REQUESTS``
     requests of the model's longest length (whatever the model's size)."""
     if cache.memory_budget_bytes is not None:
@@ -57,34 +67,36 @@ def budget_bytes(cache: CacheConfig, device: torch.device, spec: DecoderSpec, dt
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * _AUTO_GPU_FRACTION)
-    per_request = -(-spec.max_positions // cache.block_size) * spec.self_bytes_per_block(cache.block_size, dtype)
+    per_request = -(-spec.max_positions // cache.block_size) * _kv_bytes(spec, cache.block_size, fmt)
     share = 1.0
     if spec.cross is not None:
-        per_request += _cross_bytes(spec, spec.cross.max_len, dtype)
+        per_request += _kv_bytes(spec, spec.cross.max_len, fmt)
         share = _CROSS_SHARE if spec.cross.fixed else _PAGED_CROSS_SHARE
     # The null blocks and the cross-attention share's rounding: a little over, never under.
     return int(_HOST_REQUESTS * per_request / share) + 2 * per_request
 
 
-def _cross_bytes(spec: DecoderSpec, positions: int, dtype: torch.dtype) -> int:
-    return 2 * spec.num_layers * positions * spec.num_kv_heads * spec.head_dim * dtype.itemsize
+def _kv_bytes(spec: DecoderSpec, positions: int, fmt: KVFormat) -> int:
+    """K and V of every layer for ``positions`` positions (self- or cross-attention: same heads and sizes)."""
+    return 2 * spec.num_layers * positions * fmt.position_bytes(spec.num_kv_heads, spec.head_dim)
 
 
-def plan_memory(spec: DecoderSpec, cache: CacheConfig, *, max_num_seqs: int, dtype: torch.dtype,
+def plan_memory(spec: DecoderSpec, cache: CacheConfig, *, max_num_seqs: int, fmt: KVFormat,
                 device: torch.device) -> MemoryPlan:
-    budget = budget_bytes(cache, device, spec, dtype)
-    per_block = spec.self_bytes_per_block(cache.block_size, dtype)
+    """Slots and blocks for ``max_num_seqs`` decoding rows within the budget, K/V held in ``fmt``."""
+    budget = budget_bytes(cache, device, spec, fmt)
+    per_block = _kv_bytes(spec, cache.block_size, fmt)
     full_sequence_blocks = -(-spec.max_positions // cache.block_size)
     slots, cross_bytes, num_cross_blocks = max_num_seqs, 0, 0
     if spec.cross is not None and spec.cross.fixed:
-        per_slot = _cross_bytes(spec, spec.cross.max_len, dtype)
+        per_slot = _kv_bytes(spec, spec.cross.max_len, fmt)
         slots = min(max_num_seqs, int(budget * _CROSS_SHARE) // per_slot)
         if slots < 1:
             raise OASRError(f"memory budget {budget / 2**20:.0f} MiB cannot hold one request's cross-attention K/V "
                             f"({per_slot / 2**20:.1f} MiB); raise CacheConfig.memory_budget_bytes")
         cross_bytes = slots * per_slot
     elif spec.cross is not None:
-        per_cross_block = _cross_bytes(spec, cache.cross_block_size, dtype)
+        per_cross_block = _kv_bytes(spec, cache.cross_block_size, fmt)
         num_cross_blocks = int(budget * _PAGED_CROSS_SHARE) // per_cross_block
         longest = -(-spec.cross.max_len // cache.cross_block_size)
         if num_cross_blocks < 1 + longest:

@@ -8,7 +8,12 @@ and no dense copies. The new position is scored from registers, not read back. G
 Qwen3) are read where they lie by each query head they serve: no expanded copies either.
 
 ``paged_cross_attention`` is the same walk without the store, over a request's encoder positions (the engine's
-paged cross-attention pool, for models whose requests attend to audio of their own length).
+paged cross-attention pool, for models whose requests attend to audio of their own length, and a fixed window's
+slots held in e4m3, each slot one block of the window's length).
+
+A pool may hold e4m3 values with a scale per position and head (``oasr.layers.kv_format``): the decode kernel
+then rounds the new key and value as the pool will hold them, stores them with their scales, and both kernels
+scale each tile as they read it.
 
 The ``*_reference`` functions are the torch paths; they serve where Triton cannot run and in the equivalence
 tests.
@@ -20,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from oasr.kernels.runtime import triton_runs_on
+from oasr.layers import kv_format
 
 try:
     import triton
@@ -31,58 +37,91 @@ except ImportError:  # the torch reference serves
 def paged_decode_attention_reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     block_table: torch.Tensor, positions: torch.Tensor, block_size: int,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q: [B, H, D] of each row's new token; k, v: [B, Hkv, D] (Hkv divides H: each key/value head serves
     H / Hkv consecutive query heads); k_pool, v_pool: [rows, Hkv, D] (one layer of the pool); block_table: [B, nb]
-    block ids; positions: [B] of the new tokens -> [B, H, D].
+    block ids; positions: [B] of the new tokens -> [B, H, D]. ``k_scale``, ``v_scale``: [blocks, Hkv, block_size]
+    when the pool holds e4m3 values (``oasr.layers.kv_format``).
 
     Stores k and v at each row's position, then attends over positions 0 .. position of the row (through its
     blocks). Positions past the table (idle rows) go to its last block, as ``paged_context`` does."""
     nb = block_table.shape[1]
     block = block_table.gather(1, (positions // block_size).clamp(max=nb - 1)[:, None])[:, 0]
     write_rows = block * block_size + positions % block_size
-    k_pool.index_copy_(0, write_rows, k)
-    v_pool.index_copy_(0, write_rows, v)
+    kv_format.store(k_pool, k_scale, write_rows, k, block_size)
+    kv_format.store(v_pool, v_scale, write_rows, v, block_size)
     read_rows = (block_table[:, :, None] * block_size + torch.arange(block_size, device=q.device)).flatten(1)
     mask = (torch.arange(read_rows.shape[1], device=q.device)[None, :] <= positions[:, None])[:, None, None, :]
     group = q.shape[1] // k.shape[1]
-    keys = k_pool[read_rows].transpose(1, 2).repeat_interleave(group, dim=1)  # [B, H, L, D]
-    values = v_pool[read_rows].transpose(1, 2).repeat_interleave(group, dim=1)
+    keys = kv_format.gather(k_pool, k_scale, read_rows, block_size, q.dtype).transpose(1, 2)  # [B, Hkv, L, D]
+    values = kv_format.gather(v_pool, v_scale, read_rows, block_size, q.dtype).transpose(1, 2)
+    keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)  # [B, H, L, D]
     return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask)[:, :, 0]
 
 
 def paged_cross_attention_reference(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, lengths: torch.Tensor,
-    block_size: int,
+    block_size: int, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q: [B, H, D]; k_pool, v_pool: [rows, H, D]; block_table: [B, nb]; lengths: [B] encoder positions of each row
-    -> [B, H, D], attending positions 0 .. length - 1 through the row's blocks (a row of length 0 gets zeros)."""
+    -> [B, H, D], attending positions 0 .. length - 1 through the row's blocks (a row of length 0 gets zeros).
+    ``k_scale``, ``v_scale``: as ``paged_decode_attention_reference``'s."""
     read_rows = (block_table[:, :, None] * block_size + torch.arange(block_size, device=q.device)).flatten(1)
     mask = (torch.arange(read_rows.shape[1], device=q.device)[None, :] < lengths[:, None])[:, None, None, :]
-    keys = k_pool[read_rows].transpose(1, 2)
-    values = v_pool[read_rows].transpose(1, 2)
+    keys = kv_format.gather(k_pool, k_scale, read_rows, block_size, q.dtype).transpose(1, 2)
+    values = kv_format.gather(v_pool, v_scale, read_rows, block_size, q.dtype).transpose(1, 2)
     out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask)[:, :, 0]
     return torch.where((lengths > 0)[:, None, None], out, torch.zeros_like(out))
 
 
+def _check_scales(k_pool: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None,
+                  block_size: int) -> bool:
+    """Whether the pool is scaled; a scaled pool's scales must be dense [blocks, H, block_size]."""
+    if k_scale is None:
+        return False
+    blocks, heads = k_pool.shape[0] // block_size, k_pool.shape[1]
+    for scale in (k_scale, v_scale):
+        if scale is None or tuple(scale.shape) != (blocks, heads, block_size) or not scale.is_contiguous():
+            raise ValueError(f"an e4m3 pool's scales must be dense [{blocks}, {heads}, {block_size}]")
+    return True
+
+
 def paged_cross_attention(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, lengths: torch.Tensor,
-    block_size: int,
+    block_size: int, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None, *,
+    block_n: int | None = None, num_warps: int | None = None, splits: int | None = None,
 ) -> torch.Tensor:
-    """``paged_cross_attention_reference`` in one kernel where ``supported``."""
+    """``paged_cross_attention_reference`` in one kernel where ``supported`` (two when the positions are split).
+    ``block_n`` (positions per tile), ``num_warps`` and ``splits`` (programs per row and head, each over a share
+    of the positions, then combined) are the launch settings; ``scripts/bench_paged_attention.py --cross`` times
+    them, and the defaults are what it found fastest on the H200."""
     if not supported(q):
-        return paged_cross_attention_reference(q, k_pool, v_pool, block_table, lengths, block_size)
+        return paged_cross_attention_reference(q, k_pool, v_pool, block_table, lengths, block_size, k_scale, v_scale)
     b, h, d = q.shape
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, H, D] with contiguous heads")
+    scaled = _check_scales(k_pool, k_scale, v_scale, block_size)
     q, lengths = q.contiguous(), lengths.contiguous()
     if block_table.stride(1) != 1:
         block_table = block_table.contiguous()
+    block_n = block_n or max(16, min(64, block_size))
+    num_warps = num_warps or (1 if scaled else 2)
+    if splits is None:  # e4m3: about 8,192 programs (H200: 64 large-v3 rows 109 -> 101 us, 64 tiny rows 88 -> 45)
+        splits = min(8, triton.next_power_of_2(-(-8192 // (b * h)))) if scaled else 1
+    span = block_table.shape[1] * block_size
+    split = -(-span // splits // block_n) * block_n  # positions per split, whole tiles
+    splits = -(-span // split)  # a power of two or fewer: few kernel variants, whatever the batch
     out = torch.empty_like(q)
-    _paged_cross_attention_kernel[(b, h)](
-        q, k_pool, v_pool, block_table, lengths, out, block_table.stride(0), block_table.shape[1], k_pool.stride(0),
-        d**-0.5, NUM_HEADS=h, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, block_size)), num_warps=2,
+    part = torch.empty((b, h, splits, d + 2), dtype=torch.float32, device=q.device) if splits > 1 else out
+    _paged_cross_attention_kernel[(b, h, splits)](
+        q, k_pool, v_pool, k_scale if scaled else k_pool, v_scale if scaled else v_pool, block_table, lengths, out,
+        part, block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5, split, NUM_HEADS=h, HEAD_DIM=d,
+        BLOCK_SIZE=block_size, BLOCK_N=block_n, SCALED=scaled, NUM_SPLITS=splits, num_warps=num_warps,
     )
+    if splits > 1:
+        _combine_splits_kernel[(b, h)](part, out, NUM_HEADS=h, HEAD_DIM=d, NUM_SPLITS=splits,
+                                       SPLITS_P2=triton.next_power_of_2(splits), num_warps=1)
     return out
 
 
@@ -95,10 +134,12 @@ def supported(q: torch.Tensor) -> bool:
 def paged_decode_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     block_table: torch.Tensor, positions: torch.Tensor, block_size: int,
+    k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``paged_decode_attention_reference`` in one kernel where ``supported``."""
     if not supported(q):
-        return paged_decode_attention_reference(q, k, v, k_pool, v_pool, block_table, positions, block_size)
+        return paged_decode_attention_reference(q, k, v, k_pool, v_pool, block_table, positions, block_size,
+                                                k_scale, v_scale)
     b, h, d = q.shape
     kv_heads = k.shape[1]
     if h % kv_heads or k_pool.shape[1] != kv_heads:
@@ -106,6 +147,7 @@ def paged_decode_attention(
                          f"(new keys have {kv_heads})")
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, Hkv, D] with contiguous heads")
+    scaled = _check_scales(k_pool, k_scale, v_scale, block_size)
     # The kernel indexes rows, positions and table entries densely: strided views (a prompt's expanded positions,
     # a table slice of the pool's) become dense first.
     q, k, v, positions = (t.contiguous() for t in (q, k, v, positions))
@@ -116,9 +158,10 @@ def paged_decode_attention(
     # the later ones of a group can find its keys and values in L2 (on the H200, Qwen3-ASR's 16 over 8 heads:
     # 347 ms -> 240 ms over 1,848 calls; L2 hits themselves were not measured).
     _paged_decode_attention_kernel[(h, b)](
-        q, k, v, k_pool, v_pool, block_table, positions, out,
-        block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
+        q, k, v, k_pool, v_pool, k_scale if scaled else k_pool, v_scale if scaled else v_pool, block_table,
+        positions, out, block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
         NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, 4096 // d)),
+        SCALED=scaled,
         num_warps=1,  # one warp per (row, head), 4096 key values a tile: measured fastest on the H200 at D 64 and 128
     )
     return out
@@ -127,34 +170,66 @@ def paged_decode_attention(
 if triton is not None:
 
     @triton.jit
-    def _attend_blocks(q, k_pool, v_pool, table, num_positions, head, pool_stride, best, total, acc,
-                       HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-        """One row's and (key/value) head's online softmax over positions [0, num_positions) of its block table, a
-        tile of BLOCK_N at a time, read in place; carries (running maximum, weight total, weighted values)."""
+    def _attend_blocks(q, k_pool, v_pool, k_scale, v_scale, table, first, num_positions, head, pool_stride, best,
+                       total, acc, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                       NUM_KV_HEADS: tl.constexpr, SCALED: tl.constexpr):
+        """One row's and (key/value) head's online softmax over positions [first, num_positions) of its block
+        table, a tile of BLOCK_N at a time, read in place; carries (running maximum, weight total, weighted
+        values). SCALED: the pool holds e4m3 values and scales [blocks, NUM_KV_HEADS, BLOCK_SIZE]
+        (oasr.layers.kv_format); a key's scale multiplies its score and a value's its weight, once per position."""
         d = tl.arange(0, HEAD_DIM)
-        for start in range(0, num_positions, BLOCK_N):
+        for start in range(first, num_positions, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)
             live = n < num_positions
             block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
             rows = (block * BLOCK_SIZE + n % BLOCK_SIZE) * pool_stride + head * HEAD_DIM
             keys = tl.load(k_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            scores = tl.where(live, tl.sum(keys * q[None, :], axis=1), float("-inf"))
+            scores = tl.sum(keys * q[None, :], axis=1)
+            if SCALED:
+                at = (block * NUM_KV_HEADS + head) * BLOCK_SIZE + n % BLOCK_SIZE
+                scores = scores * tl.load(k_scale + at, mask=live, other=0.0)
+            scores = tl.where(live, scores, float("-inf"))
             new_best = tl.maximum(best, tl.max(scores, axis=0))
             weights = tl.exp(scores - new_best)
             rescale = tl.exp(best - new_best)
             values = tl.load(v_pool + rows[:, None] + d[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            acc = acc * rescale + tl.sum(weights[:, None] * values, axis=0)
+            weighted = weights
+            if SCALED:
+                weighted = weights * tl.load(v_scale + at, mask=live, other=0.0)
+            acc = acc * rescale + tl.sum(weighted[:, None] * values, axis=0)
             total = total * rescale + tl.sum(weights, axis=0)
             best = new_best
         return best, total, acc
 
+    @triton.jit
+    def _head_scale(x):
+        """One head's e4m3 scale, as ``oasr.engine.kv_format.quantize_heads`` computes it."""
+        return tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12) * (1.0 / 448.0)
+
+    @triton.jit
+    def _rounded(x, scale):
+        # div_rn: the correctly rounded reciprocal torch computes (Triton's "/" is an approximate division).
+        return tl.minimum(tl.maximum(x * tl.math.div_rn(1.0, scale), -448.0), 448.0).to(tl.float8e4nv)
+
+    @triton.jit
+    def _quantized(x):
+        """x (float32, one head's values) as an e4m3 cache holds it, dequantized."""
+        scale = _head_scale(x)
+        return _rounded(x, scale).to(tl.float32) * scale
+
+    @triton.jit
+    def _store_scaled(pool, scales, dest, scale_at, x):
+        """x (float32, one head's values) into an e4m3 pool at ``dest`` and its scale at ``scale_at``."""
+        scale = _head_scale(x)
+        tl.store(pool + dest, _rounded(x, scale))
+        tl.store(scales + scale_at, scale)
 
     @triton.jit
     def _paged_decode_attention_kernel(
-        q_ptr, k_ptr, v_ptr, k_pool, v_pool, table_ptr, positions_ptr, out_ptr,
+        q_ptr, k_ptr, v_ptr, k_pool, v_pool, k_scale, v_scale, table_ptr, positions_ptr, out_ptr,
         table_stride, num_blocks, pool_stride, scale,
         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-        BLOCK_N: tl.constexpr,
+        BLOCK_N: tl.constexpr, SCALED: tl.constexpr,
     ):
         head = tl.program_id(0)
         row = tl.program_id(1).to(tl.int64)
@@ -172,26 +247,43 @@ if triton is not None:
         # per key/value head: by the first query head of its group. No program reads that position from the pool.
         own = tl.load(table + tl.minimum(position // BLOCK_SIZE, num_blocks - 1)).to(tl.int64)
         dest = (own * BLOCK_SIZE + position % BLOCK_SIZE) * pool_stride + kv_head * HEAD_DIM + d
-        if head % group == 0:
-            tl.store(k_pool + dest, k_new)
-            tl.store(v_pool + dest, v_new)
+        if SCALED:
+            # Every program of the group rounds the new token as the pool holds it; the first one stores it.
+            scale_at = (own * NUM_KV_HEADS + kv_head) * BLOCK_SIZE + position % BLOCK_SIZE
+            k_own = _quantized(k_new.to(tl.float32))
+            v_own = _quantized(v_new.to(tl.float32))
+            if head % group == 0:
+                _store_scaled(k_pool, k_scale, dest, scale_at, k_new.to(tl.float32))
+                _store_scaled(v_pool, v_scale, dest, scale_at, v_new.to(tl.float32))
+        else:
+            k_own = k_new.to(tl.float32)
+            v_own = v_new.to(tl.float32)
+            if head % group == 0:
+                tl.store(k_pool + dest, k_new)
+                tl.store(v_pool + dest, v_new)
         # The new token first: it is always attended, so the running maximum starts finite.
-        best = tl.sum(q * k_new.to(tl.float32), axis=0)
+        best = tl.sum(q * k_own, axis=0)
         total = tl.full((), 1.0, tl.float32)
-        acc = v_new.to(tl.float32)
+        acc = v_own
         # Then the cached positions before it, read in place through the table.
         cached = tl.minimum(position, num_blocks * BLOCK_SIZE)
-        best, total, acc = _attend_blocks(q, k_pool, v_pool, table, cached, kv_head, pool_stride, best, total, acc,
-                                          HEAD_DIM, BLOCK_SIZE, BLOCK_N)
+        best, total, acc = _attend_blocks(q, k_pool, v_pool, k_scale, v_scale, table, 0, cached, kv_head,
+                                          pool_stride, best, total, acc, HEAD_DIM, BLOCK_SIZE, BLOCK_N, NUM_KV_HEADS,
+                                          SCALED)
         tl.store(out_ptr + at, (acc / total).to(out_ptr.dtype.element_ty))
 
     @triton.jit
     def _paged_cross_attention_kernel(
-        q_ptr, k_pool, v_pool, table_ptr, lengths_ptr, out_ptr, table_stride, num_blocks, pool_stride, scale,
-        NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+        q_ptr, k_pool, v_pool, k_scale, v_scale, table_ptr, lengths_ptr, out_ptr, part_ptr, table_stride,
+        num_blocks, pool_stride, scale, split_size, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr, NUM_SPLITS: tl.constexpr,
     ):
+        """Program (row, head, split): positions [split * split_size, (split + 1) * split_size) of the row. One
+        split writes the output; several write their (maximum, total, weighted values) to ``part_ptr`` for
+        ``_combine_splits_kernel``."""
         row = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
+        split = tl.program_id(2)
         d = tl.arange(0, HEAD_DIM)
         at = (row * NUM_HEADS + head) * HEAD_DIM + d
         q = tl.load(q_ptr + at).to(tl.float32) * scale
@@ -201,6 +293,32 @@ if triton is not None:
         best = tl.full((), -1.0e30, tl.float32)
         total = tl.full((), 0.0, tl.float32)
         acc = tl.zeros((HEAD_DIM,), tl.float32)
-        best, total, acc = _attend_blocks(q, k_pool, v_pool, table, length, head, pool_stride, best, total, acc,
-                                          HEAD_DIM, BLOCK_SIZE, BLOCK_N)
-        tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)).to(out_ptr.dtype.element_ty))
+        first = split * split_size
+        last = tl.minimum(length, first + split_size)
+        best, total, acc = _attend_blocks(q, k_pool, v_pool, k_scale, v_scale, table, first, last, head,
+                                          pool_stride, best, total, acc, HEAD_DIM, BLOCK_SIZE, BLOCK_N, NUM_HEADS,
+                                          SCALED)
+        if NUM_SPLITS == 1:
+            tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)).to(out_ptr.dtype.element_ty))
+        else:
+            part = ((row * NUM_HEADS + head) * NUM_SPLITS + split) * (HEAD_DIM + 2)
+            tl.store(part_ptr + part + d, acc)
+            tl.store(part_ptr + part + HEAD_DIM, best)
+            tl.store(part_ptr + part + HEAD_DIM + 1, total)
+
+    @triton.jit
+    def _combine_splits_kernel(part_ptr, out_ptr, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                               NUM_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr):
+        """Program (row, head): the splits' partial softmaxes rescaled to their common maximum and summed."""
+        row = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        d = tl.arange(0, HEAD_DIM)
+        splits = tl.arange(0, SPLITS_P2)
+        live = splits < NUM_SPLITS
+        part = ((row * NUM_HEADS + head) * NUM_SPLITS + splits) * (HEAD_DIM + 2)
+        best = tl.load(part_ptr + part + HEAD_DIM, mask=live, other=-1.0e30)
+        total = tl.load(part_ptr + part + HEAD_DIM + 1, mask=live, other=0.0)
+        acc = tl.load(part_ptr + part[:, None] + d[None, :], mask=live[:, None], other=0.0)
+        weight = tl.exp(best - tl.max(best, axis=0))
+        out = tl.sum(weight[:, None] * acc, axis=0) / tl.maximum(tl.sum(weight * total, axis=0), 1.0e-30)
+        tl.store(out_ptr + (row * NUM_HEADS + head) * HEAD_DIM + d, out.to(out_ptr.dtype.element_ty))

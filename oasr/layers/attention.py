@@ -7,7 +7,7 @@ once per request, or a decoder's self-attention cache), so the same module serve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -18,6 +18,9 @@ from oasr.layers.basic import Linear
 
 if TYPE_CHECKING:
     from oasr.layers.cache import CrossAttentionCache, SelfAttentionCache
+
+# Where a projection goes: a buffer written in place ([B, T, E]), or a callable handed the rows [B * T, E].
+KVOut = torch.Tensor | Callable[[torch.Tensor], None]
 
 
 def sdpa(
@@ -57,11 +60,15 @@ class MultiHeadAttention(nn.Module):
         """x: [B, T, E] -> (k, v), each [B, H, T, D]."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
-    def project_kv_into(self, x: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    def project_kv_into(self, x: torch.Tensor, k_out: KVOut, v_out: KVOut) -> None:
         """Like ``project_kv``, written straight into ``k_out`` and ``v_out`` (contiguous [B, T, E], x's dtype):
-        a caller that keeps K/V in its own buffers (the engine's cross-attention slots) needs no copy after."""
+        a caller that keeps K/V in its own buffers (the engine's cross-attention slots) needs no copy after. Either
+        may instead be a callable, handed the projection ([B * T, E]) to store its own way (an e4m3 cache)."""
         rows = x.reshape(-1, x.shape[-1])
         for proj, out in ((self.k_proj, k_out), (self.v_proj, v_out)):
+            if not isinstance(out, torch.Tensor):
+                out(proj(rows))
+                continue
             flat = out.view(-1, out.shape[-1])
             if proj.quant_gemm is not None:  # a quantized GEMM has no out= form
                 flat.copy_(proj(rows))
@@ -139,10 +146,10 @@ def cross_kv(attentions: Sequence[CrossAttention], hidden: torch.Tensor) -> tupl
     return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
 
 
-def cross_kv_into(attentions: Sequence[CrossAttention], hidden: torch.Tensor, k_out: torch.Tensor,
-                  v_out: torch.Tensor) -> None:
+def cross_kv_into(attentions: Sequence[CrossAttention], hidden: torch.Tensor, k_out: torch.Tensor | Sequence[KVOut],
+                  v_out: torch.Tensor | Sequence[KVOut]) -> None:
     """``cross_kv`` written into caller buffers ``k_out``/``v_out``, each [layers, B, S, E] with every layer slice
-    contiguous (the engine's cross-attention stores). Inference only: writing through ``out=`` records no
-    gradient."""
+    contiguous (the engine's cross-attention stores), or a sequence of one ``KVOut`` per layer. Inference only:
+    writing through ``out=`` records no gradient."""
     for index, attention in enumerate(attentions):
         attention.project_kv_into(hidden, k_out[index], v_out[index])

@@ -84,9 +84,6 @@ class DecoderSpec:
             raise ValueError("a decoder reads the audio through cross-attention or in its prompt: set exactly one "
                              "of cross and prompt_audio")
 
-    def self_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
-        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * dtype.itemsize
-
 
 @dataclass(frozen=True)
 class Prompt:

@@ -26,6 +26,7 @@ import numpy as np
 from oasr.errors import OASRError
 
 if TYPE_CHECKING:
+    from oasr.engine.config import EngineConfig
     from oasr.types import Transcription, TranscribeOptions
 
 RAY_MISSING = "--ray-workers needs Ray Data, which is not installed: pip install 'oasr[ray]'"
@@ -67,6 +68,7 @@ class WorkerSpec:
     timed_options: TranscribeOptions
     batch_size: int  # inputs handed to an actor at once
     quantization: str | None = None  # a method each actor quantizes a full-precision checkpoint with at load
+    config: EngineConfig | None = None  # each actor's engine configuration (None: the defaults)
 
 
 def ray_data_available() -> bool:
@@ -100,7 +102,7 @@ class TranscribeWorker:
 
         loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
         timed = "timestamps" in capabilities_of(type(loaded.model)).options
-        self.transcriber = OfflineTranscriber(loaded, spec.timed_options if timed else spec.options)
+        self.transcriber = OfflineTranscriber(loaded, spec.timed_options if timed else spec.options, spec.config)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from oasr.types import Transcription

@@ -125,18 +125,19 @@ def start_engine(model: str, *, mode: str = "process", device: str = "auto", dty
 def serve(model: str, settings: ServerSettings, *, host: str, port: int, device: str = "auto",
           dtype: str | None = None, engine_mode: str = "process", api_workers: int = 1,
           replicas: ReplicaOptions | None = None, quantization: str | None = None,
-          streaming: StreamingConfig | None = None) -> None:
+          streaming: StreamingConfig | None = None, config: EngineConfig | None = None) -> None:
     """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
     (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
-    ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.scale.ray_replicas``)."""
+    ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.scale.ray_replicas``);
+    ``config``: the engine's (each replica's) configuration."""
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
         from oasr.serving.workers import serve_workers
 
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
-                      quantization=quantization, streaming=streaming)
+                      quantization=quantization, streaming=streaming, config=config)
         return
 
     import uvicorn
@@ -145,11 +146,12 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         if replicas is not None:
             from oasr.scale.ray_replicas import start_replicas
 
-            engine = start_replicas(model, replicas, device=device, dtype=dtype, quantization=quantization)
+            engine = start_replicas(model, replicas, device=device, dtype=dtype, quantization=quantization,
+                                    config=config)
             described = f"{replicas.num_replicas} engine replicas on Ray"
         else:
             engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, quantization=quantization,
-                                  streaming=streaming)
+                                  streaming=streaming, config=config)
             described = f"engine: {engine_mode}"
         try:
             log.info("serving %s on http://%s:%d (%s)", settings.served_model_name, host, port, described)

@@ -9,13 +9,14 @@ embedding, and in the prompt's leading token. The methods are the ones the engin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import torch
 from torch import nn
 
 from oasr.layers import Float32Head
-from oasr.layers.attention import cross_kv, cross_kv_into
+from oasr.layers.attention import KVOut, cross_kv, cross_kv_into
 from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
@@ -118,8 +119,9 @@ class CanaryForConditionalGeneration(nn.Module):
         """hidden: [B, S, d] (``encode``'s) -> cross-attention (k, v) of every decoder layer, each [layers, B, H, S, D]."""
         return cross_kv([layer.encoder_attn for layer in self.model.decoder.layers], hidden)
 
-    def cross_kv_into(self, hidden: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-        """``cross_kv`` into caller buffers, each [layers, B, S, num_heads * head_dim]
+    def cross_kv_into(self, hidden: torch.Tensor, k_out: torch.Tensor | Sequence[KVOut],
+                      v_out: torch.Tensor | Sequence[KVOut]) -> None:
+        """``cross_kv`` into caller buffers, each [layers, B, S, num_heads * head_dim], or one ``KVOut`` per layer
         (``oasr.layers.attention.cross_kv_into``)."""
         cross_kv_into([layer.encoder_attn for layer in self.model.decoder.layers], hidden, k_out, v_out)
 

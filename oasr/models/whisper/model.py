@@ -7,6 +7,8 @@ the cross-attention logits of chosen heads (word alignment); without one the dec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -21,7 +23,7 @@ from oasr.layers import (
     Linear,
     MultiHeadAttention,
 )
-from oasr.layers.attention import cross_kv, cross_kv_into
+from oasr.layers.attention import KVOut, cross_kv, cross_kv_into
 from oasr.layers.cache import CrossAttentionCache, DenseCross, FullContext, SelfAttentionCache
 from oasr.models import ARCHITECTURES
 from oasr.models.base import CrossSpec, DecoderSpec, EncoderOutput
@@ -220,8 +222,10 @@ class WhisperForConditionalGeneration(nn.Module):
         """Cross-attention K/V of every decoder layer, computed once per request: each [layers, B, H, S, D]."""
         return cross_kv([layer.encoder_attn for layer in self.model.decoder.layers], encoder_out)
 
-    def cross_kv_into(self, encoder_out: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-        """``cross_kv`` into caller buffers, each [layers, B, S, d_model] (``oasr.layers.attention.cross_kv_into``)."""
+    def cross_kv_into(self, encoder_out: torch.Tensor, k_out: torch.Tensor | Sequence[KVOut],
+                      v_out: torch.Tensor | Sequence[KVOut]) -> None:
+        """``cross_kv`` into caller buffers, each [layers, B, S, d_model], or one ``KVOut`` per layer
+        (``oasr.layers.attention.cross_kv_into``)."""
         cross_kv_into([layer.encoder_attn for layer in self.model.decoder.layers], encoder_out, k_out, v_out)
 
     def decode(
