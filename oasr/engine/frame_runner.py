@@ -60,6 +60,15 @@ class LaunchedStep:
         )
 
 
+def refuse_kv_cache_dtype(loaded: LoadedModel, config: EngineConfig | None) -> None:
+    """A model that decodes frame by frame (or streams) keeps no decoder K/V cache: asking for a cache format is
+    refused when its engine is built, not at its first request."""
+    if config is not None and config.cache.kv_cache_dtype != "auto":
+        raise UnsupportedOptionError(
+            f"{loaded.name} ({loaded.architecture}) decodes frame by frame and keeps no decoder K/V cache: "
+            f"kv_cache_dtype {config.cache.kv_cache_dtype!r} does not apply to it")
+
+
 @RUNNERS.register("frame_sync")
 class FrameSyncRunner:
     incremental = False
@@ -77,10 +86,7 @@ class FrameSyncRunner:
         self.model = loaded.model
         if not isinstance(self.model, FrameSyncModel):  # the prompt seam below is declared there
             raise TypeError(f"{loaded.architecture}: a frame_sync architecture must subclass FrameSyncModel")
-        if config.cache.kv_cache_dtype != "auto":
-            raise UnsupportedOptionError(
-                f"{loaded.name} ({loaded.architecture}) decodes frame by frame and keeps no decoder K/V cache: "
-                f"kv_cache_dtype {config.cache.kv_cache_dtype!r} does not apply to it")
+        refuse_kv_cache_dtype(loaded, config)
         self.device = loaded.device
         self.capabilities = capabilities_of(type(self.model))
         strategy = DECODE_STRATEGIES.get(self.capabilities.default_strategy)

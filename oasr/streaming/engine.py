@@ -20,6 +20,7 @@ import numpy as np
 
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
+from oasr.engine.frame_runner import refuse_kv_cache_dtype
 from oasr.engine.request import RequestOutput
 from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError
@@ -56,6 +57,7 @@ class StreamingEngine:
                 f"{loaded.name} ({loaded.architecture}) cannot stream: its encoder sees the whole input (no "
                 f"streaming runtime is declared for it); use whole-file transcription, or a cache-aware "
                 f"checkpoint such as nemotron_asr_streaming")
+        refuse_kv_cache_dtype(loaded, engine_config)  # its offline requests run the frame runner
         self.runtime = STREAMING_RUNTIMES.get(self.capabilities.streaming)(loaded, self.config.max_streams)
         self.scheduler = StreamScheduler(self.config.max_streams, self.config.max_batch)
         if loaded.device.type == "cuda":
