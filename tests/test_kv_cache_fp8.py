@@ -303,12 +303,12 @@ def test_an_unknown_kv_cache_dtype_and_unsupported_places_are_refused(monkeypatc
     with pytest.raises(ValueError, match="kv_cache_dtype 'int4'"):
         CacheConfig(kv_cache_dtype="int4")
     with pytest.raises(UnsupportedOptionError, match="runs on CUDA and the CPU, not on mps"):
-        kv_format.kv_format("fp8", torch.float16, torch.device("mps"))
+        kv_format.format_for("fp8", torch.float16, torch.device("mps"))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
     with pytest.raises(UnsupportedOptionError, match=r"capability 8.9 or newer .* NVIDIA A100 is 8.0"):
-        kv_format.kv_format("fp8", torch.float16, torch.device("cuda"))
-    assert kv_format.kv_format("auto", torch.float16, torch.device("cuda")).storage_dtype == torch.float16
+        kv_format.format_for("fp8", torch.float16, torch.device("cuda"))
+    assert kv_format.format_for("auto", torch.float16, torch.device("cuda")).storage_dtype == torch.float16
 
 
 def test_a_frame_sync_model_refuses_an_fp8_cache(tmp_path) -> None:

@@ -49,7 +49,7 @@ from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutpu
 from oasr.uploads import upload, upload_tensor
 from oasr.errors import UnsupportedOptionError
 from oasr.kernels import paged_attention
-from oasr.layers.kv_format import kv_format
+from oasr.layers.kv_format import format_for
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
 from oasr.types import DecodeOptions
@@ -84,7 +84,7 @@ class AutoregressiveRunner:
         self.pads_to_window = self.spec.cross is not None and self.spec.cross.fixed
         seconds = self.capabilities.window_seconds
         self.window_samples = loaded.features.config.n_samples if seconds is None else int(seconds * 16_000)
-        self.kv_format = kv_format(config.cache.kv_cache_dtype, self.dtype, self.device)
+        self.kv_format = format_for(config.cache.kv_cache_dtype, self.dtype, self.device)
         self.plan: MemoryPlan = plan_memory(self.spec, config.cache, max_num_seqs=config.scheduler.max_num_seqs,
                                             fmt=self.kv_format, device=self.device)
         block_size = config.cache.block_size

@@ -27,7 +27,7 @@ from oasr.uploads import upload
 from oasr.kernels import paged_attention
 from oasr.layers import kv_format
 from oasr.layers.attention import sdpa
-from oasr.layers.kv_format import KVFormat
+from oasr.layers.kv_format import KVFormat, as_format
 from oasr.models.base import DecoderSpec
 
 
@@ -78,7 +78,7 @@ class SlotCrossStore:
     def __init__(self, spec: DecoderSpec, num_slots: int, fmt: KVFormat | torch.dtype, device: torch.device) -> None:
         self.spec = spec
         self.device = device
-        self.format = fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
+        self.format = as_format(fmt)
         self.window = spec.cross.max_len
         shape = (spec.num_layers, num_slots, self.window, spec.num_kv_heads, spec.head_dim)
         self.k, self.k_scale = kv_zeros(self.format, *shape, device)  # [layers, slots * window, H, D]
@@ -223,7 +223,7 @@ class PagedCrossStore:
         self.spec = spec
         self.block_size = block_size
         self.device = device
-        self.format = fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
+        self.format = as_format(fmt)
         shape = (spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)
         self.k, self.k_scale = kv_zeros(self.format, *shape, device)
         self.v, self.v_scale = kv_zeros(self.format, *shape, device)

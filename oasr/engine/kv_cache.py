@@ -14,7 +14,7 @@ from oasr.kernels import paged_attention
 from oasr.engine.memory import kv_zeros
 from oasr.layers import kv_format
 from oasr.layers.attention import sdpa
-from oasr.layers.kv_format import KVFormat
+from oasr.layers.kv_format import KVFormat, as_format
 from oasr.models.base import DecoderSpec
 
 
@@ -22,7 +22,7 @@ class PagedKVPool:
     def __init__(self, spec: DecoderSpec, num_blocks: int, block_size: int, fmt: KVFormat | torch.dtype,
                  device: torch.device):
         """``fmt``: how K/V are held (a bare dtype: in that dtype, unscaled)."""
-        self.format = fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
+        self.format = as_format(fmt)
         self.block_size = block_size
         self.num_blocks = num_blocks
         shape = (spec.num_layers, num_blocks, block_size, spec.num_kv_heads, spec.head_dim)

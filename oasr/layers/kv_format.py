@@ -49,7 +49,12 @@ class KVFormat:
         return heads * head_dim * self.storage_dtype.itemsize + (heads * 4 if self.scaled else 0)
 
 
-def kv_format(name: str, dtype: torch.dtype, device: torch.device) -> KVFormat:
+def as_format(fmt: KVFormat | torch.dtype) -> KVFormat:
+    """A format, or a bare dtype as the unscaled format of that dtype."""
+    return fmt if isinstance(fmt, KVFormat) else KVFormat("auto", fmt)
+
+
+def format_for(name: str, dtype: torch.dtype, device: torch.device) -> KVFormat:
     """The format ``name`` for a model of ``dtype`` on ``device``, or a refusal naming what is missing."""
     if name not in KV_CACHE_DTYPES:
         raise UnsupportedOptionError(f"unknown kv_cache_dtype {name!r}; choose one of {', '.join(KV_CACHE_DTYPES)}")
