@@ -1,9 +1,10 @@
 """``kv_cache_dtype="fp8"``: the decoder caches in e4m3 with a scale per position and head.
 
 The quantizer's precision; the Triton kernels against their torch references with e4m3 pools (interpreter on
-CPU, native on CUDA); the engine's stores against dense attention over the same rounded values; whole
-transcriptions against the full-precision cache (tiny.en on the shared English clips: WER and tokens; Canary,
-Cohere and Qwen3-ASR tiny checkpoints: tokens); memory plans; refusals.
+CPU, native on CUDA); the engine's stores against dense attention over the same rounded values (the paged
+cross-attention blocks' test is ``tests/test_paged_attention.py``'s); whole transcriptions against the
+full-precision cache (tiny.en on the shared English clips: WER and tokens; Canary, Cohere and Qwen3-ASR tiny
+checkpoints: tokens); memory plans; refusals.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from aed_reference import audio_batch, make_canary_checkpoint, make_cohere_check
 from oasr.audio import load_audio
 from oasr.bench.wer import word_error_rate
 from oasr.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from oasr.engine.cross_cache import PagedCrossStore, SlotCrossStore
+from oasr.engine.cross_cache import SlotCrossStore
 from oasr.engine.engine import ASREngine
 from oasr.engine.kv_cache import PagedKVPool, paged_context
 from oasr.engine.memory import plan_memory
@@ -182,14 +183,14 @@ class Projector:
                     out(projected.flatten(0, 1))
 
 
-def dense_rounded(hidden: torch.Tensor, layers: int, heads: int, dim: int, lengths=None) -> DenseCross:
+def dense_rounded(hidden: torch.Tensor, layers: int, heads: int, dim: int) -> DenseCross:
     """DenseCross over ``Projector``'s K/V as e4m3 holds them."""
     def rounded(x):
         return dequantize_heads(*quantize_heads(x.unflatten(-1, (heads, dim))), torch.float32).transpose(1, 2)
 
     k = torch.stack([rounded(hidden * (i + 1)) for i in range(layers)])
     v = torch.stack([rounded(-hidden * (i + 1)) for i in range(layers)])
-    return DenseCross(k, v, lengths)
+    return DenseCross(k, v)
 
 
 def test_e4m3_window_slots_read_what_dense_attention_over_the_rounded_values_reads() -> None:
@@ -215,25 +216,6 @@ def test_e4m3_window_slots_read_what_dense_attention_over_the_rounded_values_rea
                                      for i in range(layers)]) for s in (1, -1)))
     exact = full.attend(1, q)  # and within e4m3's few percent of full precision
     assert (prompt_view.attend(1, q) - exact).abs().max() < 0.1 * exact.abs().max()
-
-
-def test_e4m3_paged_cross_blocks_read_what_dense_attention_over_the_rounded_values_reads() -> None:
-    torch.manual_seed(4)
-    layers, heads, dim, block = 2, 2, 4, 4
-    spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=12, fixed=False))
-    store = PagedCrossStore(spec, num_blocks=12, block_size=block, num_slots=5, fmt=FP8_CACHE,
-                            device=torch.device("cpu"))
-    hidden = torch.randn(2, 10, heads * dim)
-    lengths = torch.tensor([10, 3])
-    rows = (EncodeRow("a", (3,), ((),), (5, 2, 9)), EncodeRow("b", (0, 4), ((), ()), (7,)))
-    store.write(Projector(), rows, hidden, lengths.tolist())
-    dense = dense_rounded(hidden, layers, heads, dim, lengths)
-    q = torch.randn(2, heads, 1, dim)
-    for layer in range(layers):
-        want = dense.attend(layer, q)
-        for slot, row in ((3, 0), (0, 1), (4, 1)):
-            got = store.context(5).attend(layer, q[row : row + 1].expand(5, -1, -1, -1))[slot]
-            assert torch.allclose(got, want[row], atol=1e-6), (layer, slot)
 
 
 def test_an_fp8_cache_holds_about_twice_the_requests_of_a_float16_one() -> None:

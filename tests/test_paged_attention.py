@@ -116,12 +116,15 @@ def test_paged_cross_attention_kernel_equals_its_reference_in_the_interpreter() 
     assert worst_error_interpreted(_CROSS_INTERPRETED) < 1e-5
 
 
-def test_paged_cross_reads_what_dense_cross_attention_reads() -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_paged_cross_reads_what_dense_cross_attention_reads(kv_cache_dtype: str) -> None:
     """The engine's paged cross-attention store, written from a batch of different encoder lengths, attends as
-    dense cross-attention with a length mask does; beams of one request share its blocks."""
+    dense cross-attention with a length mask does; beams of one request share its blocks. In e4m3, dense
+    attention over the values as rounded (``oasr.layers.kv_format``)."""
     from oasr.engine.cross_cache import PagedCrossStore
     from oasr.engine.step import EncodeRow
     from oasr.layers.cache import DenseCross
+    from oasr.layers.kv_format import KVFormat, dequantize_heads, quantize_heads
 
     class Projector:  # cross_kv_into of a model whose K and V are the hidden states, scaled
         def cross_kv_into(self, hidden, k_out, v_out):
@@ -132,13 +135,16 @@ def test_paged_cross_reads_what_dense_cross_attention_reads() -> None:
     torch.manual_seed(2)
     layers, heads, dim, block = 2, 2, 4, 4
     spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=12, fixed=False))
-    store = PagedCrossStore(spec, num_blocks=12, block_size=block, num_slots=5, fmt=torch.float32,
-                            device=torch.device("cpu"))
+    store = PagedCrossStore(spec, num_blocks=12, block_size=block, num_slots=5,
+                            fmt=KVFormat(kv_cache_dtype, torch.float32), device=torch.device("cpu"))
     hidden = torch.randn(2, 10, heads * dim)
     lengths = torch.tensor([10, 3])
     rows = (EncodeRow("a", (3,), ((),), (5, 2, 9)), EncodeRow("b", (0, 4), ((), ()), (7,)))
     store.write(Projector(), rows, hidden, lengths.tolist())  # host ints, as the engine passes them
-    k = torch.stack([(hidden * (i + 1)).unflatten(-1, (heads, dim)).transpose(1, 2) for i in range(layers)])
+    k = torch.stack([(hidden * (i + 1)).unflatten(-1, (heads, dim)) for i in range(layers)])  # [L, B, S, H, D]
+    if kv_cache_dtype == "fp8":  # e4m3 rounds -x as it rounds x
+        k = dequantize_heads(*quantize_heads(k), torch.float32)
+    k = k.transpose(2, 3)
     dense = DenseCross(k, -k, lengths)
     q = torch.randn(2, heads, 1, dim)
     for layer in range(layers):
