@@ -108,7 +108,7 @@ def paged_cross_attention(
     block_n = block_n or max(16, min(64, block_size))
     num_warps = num_warps or (1 if scaled else 2)
     if splits is None:  # e4m3: about 8,192 programs (H200: 64 large-v3 rows 109 -> 101 us, 64 tiny rows 88 -> 45)
-        splits = min(8, triton.next_power_of_2(-(-8192 // (b * h)))) if scaled else 1
+        splits = min(8, triton.next_power_of_2(-(-8192 // max(1, b * h)))) if scaled else 1
     span = block_table.shape[1] * block_size
     split = -(-span // splits // block_n) * block_n  # positions per split, whole tiles
     splits = -(-span // split)  # a power of two or fewer: few kernel variants, whatever the batch
