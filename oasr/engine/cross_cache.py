@@ -40,6 +40,11 @@ def _as_words(t: torch.Tensor) -> torch.Tensor:
     return flat
 
 
+def _slots_and_owners(rows: tuple[EncodeRow, ...]) -> tuple[list[int], list[int]]:
+    """Every slot the rows hold (a beam request holds several), and the index of the row that holds each."""
+    return [slot for row in rows for slot in row.slots], [i for i, row in enumerate(rows) for _ in row.slots]
+
+
 class NoCrossStore:
     """A decoder without cross-attention (``PromptAudio``: the audio is in its prompt): nothing is kept per request,
     and its steps get no cross-attention cache (None)."""
@@ -144,8 +149,7 @@ class SlotCrossStore:
     def _write_scaled(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor) -> PagedCross:
         """Each layer's projection rounded into e4m3 at every slot of its row, as it comes (no layer's K/V is held
         in full precision for the whole batch)."""
-        slots = [slot for row in rows for slot in row.slots]
-        owner = [i for i, row in enumerate(rows) for _ in row.slots]
+        slots, owner = _slots_and_owners(rows)
         slot_index, owner_index, first = upload(self.device, slots, owner, [row.slots[0] for row in rows])
         targets = (slot_index[:, None] * self.window + torch.arange(self.window, device=self.device)).flatten()
         heads, dim = self.spec.num_kv_heads, self.spec.head_dim
@@ -262,8 +266,7 @@ class PagedCrossStore:
             table[i, : len(blocks)] = blocks
             sources.append(i * s + positions)
             targets.append(blocks[positions // size] * size + positions % size)
-        slots = [slot for row in rows for slot in row.slots]
-        owner = [i for i, row in enumerate(rows) for _ in row.slots]
+        slots, owner = _slots_and_owners(rows)
         source, target, flat_table, lengths_, slots_, owner_ = upload(
             self.device, np.concatenate(sources), np.concatenate(targets), table, lengths, slots, owner)
         table_ = flat_table.view(b, self.max_blocks)

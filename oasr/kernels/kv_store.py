@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from oasr.kernels.runtime import triton_runs_on
+from oasr.kernels.runtime import per_head_kernel_runs_on
 
 try:
     import triton
@@ -20,15 +20,10 @@ except ImportError:  # the torch path serves
     triton = None
 
 
-def supported(values: torch.Tensor) -> bool:
-    d = values.shape[-1]
-    return triton_runs_on(values) and d >= 16 and d & (d - 1) == 0
-
-
 def store_scaled(data: torch.Tensor, scale: torch.Tensor, rows: torch.Tensor, values: torch.Tensor,
                  block_size: int) -> None:
     """values [N, H, D] (any float dtype) into e4m3 ``data`` [rows, H, D] at ``rows`` [N], their scales into
-    ``scale`` [blocks, H, block_size]; where ``supported``."""
+    ``scale`` [blocks, H, block_size]; where ``per_head_kernel_runs_on(values)``."""
     n, h, d = values.shape
     if data.stride(-1) != 1 or data.stride(1) != d or data.stride(0) != h * d or not scale.is_contiguous():
         raise ValueError("an e4m3 cache layer must be dense [rows, H, D] with scales [blocks, H, block_size]")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from oasr.kernels.runtime import triton_runs_on
+from oasr.kernels.runtime import per_head_kernel_runs_on
 from oasr.layers import kv_format
 
 try:
@@ -127,8 +127,7 @@ def paged_cross_attention(
 
 def supported(q: torch.Tensor) -> bool:
     """Whether the kernel runs for ``q`` (a power-of-two head size; the reference serves otherwise)."""
-    d = q.shape[-1]
-    return triton_runs_on(q) and d >= 16 and d & (d - 1) == 0
+    return per_head_kernel_runs_on(q)
 
 
 def paged_decode_attention(

@@ -17,6 +17,13 @@ def triton_runs_on(x: torch.Tensor) -> bool:
     return triton is not None and (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
 
 
+def per_head_kernel_runs_on(x: torch.Tensor) -> bool:
+    """Whether a kernel that tiles one attention head (``x``'s last dim) at a time runs for ``x``: Triton runs on
+    it and the head size is a power of two of at least 16 (``tl.arange`` spans a head)."""
+    d = x.shape[-1]
+    return triton_runs_on(x) and d >= 16 and d & (d - 1) == 0
+
+
 def residual_rows(x: torch.Tensor, delta: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """A row-wise norm's buffers for ``x`` [..., D] after an optional residual ``delta``: (x's rows [N, D] dense,

@@ -100,8 +100,9 @@ def store(data: torch.Tensor, scale: torch.Tensor | None, rows: torch.Tensor, va
         data.index_copy_(dim, rows, values.to(data.dtype))
         return
     from oasr.kernels import kv_store  # here: oasr.kernels imports the layers
+    from oasr.kernels.runtime import per_head_kernel_runs_on
 
-    if values.is_cuda and kv_store.supported(values):  # one pass per layer instead of seven
+    if values.is_cuda and per_head_kernel_runs_on(values):  # one pass per layer instead of seven
         for layer_data, layer_scale, layer_values in zip(data, scale, values) if dim else ((data, scale, values),):
             kv_store.store_scaled(layer_data, layer_scale, rows, layer_values, block_size)
         return
