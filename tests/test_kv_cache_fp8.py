@@ -241,6 +241,8 @@ def english_clips():
 def transcribe(loaded, audio, kv: str, options: DecodeOptions = DecodeOptions()) -> list[list[int]]:
     config = EngineConfig(cache=CacheConfig(memory_budget_bytes=256 << 20, kv_cache_dtype=kv))
     engine = ASREngine(loaded, config)
+    caches = [engine.runner.pool.k, getattr(engine.runner.cross, "k", engine.runner.pool.k)]
+    assert all((cache.dtype == FP8) == (kv == "fp8") for cache in caches)  # the format reached every cache
     out = {o.request_id: o.token_ids for o in engine.run((f"c{i}", a, options) for i, a in enumerate(audio))}
     return [out[f"c{i}"] for i in range(len(audio))]
 
@@ -314,12 +316,17 @@ def test_a_streaming_engine_refuses_an_fp8_cache_when_built(tmp_path) -> None:
     StreamingEngine(loaded, engine_config=EngineConfig())  # the default format is no request at all
 
 
-def test_the_cli_transcribes_with_an_fp8_cache(capsys) -> None:
+def test_the_cli_transcribes_with_an_fp8_cache(capsys, monkeypatch) -> None:
+    import oasr.engine.autoregressive as autoregressive
     from oasr.cli import main
 
+    asked = []
+    real = autoregressive.format_for
+    monkeypatch.setattr(autoregressive, "format_for", lambda name, *rest: asked.append(name) or real(name, *rest))
     assert main(["transcribe", "oasr/assets/jfk.flac", "--model", "tiny.en", "--device", "cpu",
                  "--kv-cache-dtype", "fp8"]) == 0
     assert "ask not what your country can do for you" in capsys.readouterr().out
+    assert asked == ["fp8"]  # the flag reached the engine
 
 
 @pytest.mark.gpu
