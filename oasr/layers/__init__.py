@@ -28,6 +28,7 @@ from oasr.layers.grouped_attention import GroupedQueryAttention
 from oasr.layers.norms import RMSNorm
 from oasr.layers.positions import SinusoidalPositions
 from oasr.layers.rotary import RotaryEmbedding, apply_rotary
+from oasr.layers.shared_input import SharedInput
 from oasr.layers.rel_attention import (
     RelPositionMultiHeadAttention,
     relative_position_embeddings,
@@ -57,6 +58,7 @@ __all__ = [
     "ReLU",
     "RelPositionMultiHeadAttention",
     "RotaryEmbedding",
+    "SharedInput",
     "SiLU",
     "SinusoidalPositions",
     "activation",

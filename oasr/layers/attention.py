@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers.basic import Linear
+from oasr.layers.shared_input import SharedInput
 
 if TYPE_CHECKING:
     from oasr.layers.cache import CrossAttentionCache, SelfAttentionCache
@@ -56,22 +57,29 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x: [B, T, E] -> (k, v), each [B, H, T, D]."""
-        return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+    def project_kv(self, x: torch.Tensor | SharedInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [B, T, E] (or a ``SharedInput`` of it) -> (k, v), each [B, H, T, D]."""
+        shared = x if isinstance(x, SharedInput) else SharedInput(x)
+        return self.split_heads(shared(self.k_proj)), self.split_heads(shared(self.v_proj))
 
-    def project_kv_into(self, x: torch.Tensor, k_out: KVOut, v_out: KVOut) -> None:
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: [B, T, E] -> (q, k, v), each [B, H, T, D]; quantized projections share one quantization of x."""
+        shared = SharedInput(x)
+        return (self.split_heads(shared(self.q_proj)), *self.project_kv(shared))
+
+    def project_kv_into(self, x: torch.Tensor | SharedInput, k_out: KVOut, v_out: KVOut) -> None:
         """Like ``project_kv``, written straight into ``k_out`` and ``v_out`` (contiguous [B, T, E], x's dtype):
         a caller that keeps K/V in its own buffers (the engine's cross-attention slots) needs no copy after. Either
         may instead be a callable, handed the projection ([B * T, E]) to store its own way (an e4m3 cache)."""
-        rows = x.reshape(-1, x.shape[-1])
+        shared = x if isinstance(x, SharedInput) else SharedInput(x)
+        rows = shared.x.reshape(-1, shared.x.shape[-1])
         for proj, out in ((self.k_proj, k_out), (self.v_proj, v_out)):
             if not isinstance(out, torch.Tensor):
-                out(proj(rows))
+                out(shared(proj).view(rows.shape[0], -1))
                 continue
             flat = out.view(-1, out.shape[-1])
             if proj.quant_gemm is not None:  # a quantized GEMM has no out= form
-                flat.copy_(proj(rows))
+                flat.copy_(shared(proj).view(rows.shape[0], -1))
             elif proj.bias is None:
                 torch.mm(rows, proj.weight.t(), out=flat)
             else:
@@ -108,8 +116,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, is_causal: bool = False) -> torch.Tensor:
         """Self-attention without a cache. x: [B, T, E] -> [B, T, E]."""
-        k, v = self.project_kv(x)
-        return self.attend(x, k, v, is_causal=is_causal)
+        return self.project_out(sdpa(*self.project_qkv(x), is_causal=is_causal))
 
 
 class CachedSelfAttention(MultiHeadAttention):
@@ -122,8 +129,7 @@ class CachedSelfAttention(MultiHeadAttention):
 
     def forward_cached(self, x: torch.Tensor, cache: SelfAttentionCache, layer: int) -> torch.Tensor:
         """x: [B, T, E] new tokens; ``layer``: which of the cache's layers -> [B, T, E]."""
-        q, (k, v) = self.project_q(x), self.project_kv(x)
-        return self.project_out(cache.attend(layer, q, k, v, use_kernel=self.use_kernel))
+        return self.project_out(cache.attend(layer, *self.project_qkv(x), use_kernel=self.use_kernel))
 
 
 class CrossAttention(MultiHeadAttention):
@@ -142,7 +148,8 @@ class CrossAttention(MultiHeadAttention):
 def cross_kv(attentions: Sequence[CrossAttention], hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The K/V of every decoder layer's cross-attention over ``hidden`` [B, S, E], computed once per request:
     each [layers, B, H, S, D]."""
-    pairs = [attention.project_kv(hidden) for attention in attentions]
+    shared = SharedInput(hidden)
+    pairs = [attention.project_kv(shared) for attention in attentions]
     return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
 
 
@@ -151,5 +158,6 @@ def cross_kv_into(attentions: Sequence[CrossAttention], hidden: torch.Tensor, k_
     """``cross_kv`` written into caller buffers ``k_out``/``v_out``, each [layers, B, S, E] with every layer slice
     contiguous (the engine's cross-attention stores), or a sequence of one ``KVOut`` per layer. Inference only:
     writing through ``out=`` records no gradient."""
+    shared = SharedInput(hidden)  # quantized projections share one quantization of the encoder's output
     for index, attention in enumerate(attentions):
-        attention.project_kv_into(hidden, k_out[index], v_out[index])
+        attention.project_kv_into(shared, k_out[index], v_out[index])

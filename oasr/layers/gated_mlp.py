@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from oasr.layers.basic import Linear, SiLU, activation
+from oasr.layers.shared_input import SharedInput
 
 
 class GatedMLP(nn.Module):
@@ -29,8 +30,10 @@ class GatedMLP(nn.Module):
         self.act_fn = activation(act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shared = SharedInput(x)  # quantized gate and up projections share one quantization of x
+        gate, up = shared(self.gate_proj), shared(self.up_proj)
         if self.use_kernel and isinstance(self.act_fn, SiLU) and not torch.compiler.is_compiling():
             from oasr.kernels import gated
 
-            return self.down_proj(gated.silu_mul(self.gate_proj(x), self.up_proj(x)))
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+            return self.down_proj(gated.silu_mul(gate, up))
+        return self.down_proj(self.act_fn(gate) * up)

@@ -18,6 +18,7 @@ from oasr.kernels import rms_norm
 from oasr.layers.basic import Linear
 from oasr.layers.norms import RMSNorm
 from oasr.layers.rotary import apply_rotary
+from oasr.layers.shared_input import SharedInput
 
 if TYPE_CHECKING:
     from oasr.layers.cache import SelfAttentionCache
@@ -48,10 +49,10 @@ class GroupedQueryAttention(nn.Module):
             self.k_norm = RMSNorm(head_dim, qk_norm_eps)
         self.qk_norm = qk_norm_eps is not None
 
-    def _heads(self, x: torch.Tensor, proj: Linear, num_heads: int, norm: RMSNorm | None) -> torch.Tensor:
+    def _heads(self, x: SharedInput, proj: Linear, num_heads: int, norm: RMSNorm | None) -> torch.Tensor:
         """[B, T, hidden] -> [B, H, T, D], each head normalised first where the layer has the norms."""
-        b, t, _ = x.shape
-        heads = proj(x).view(b, t, num_heads, self.head_dim)
+        b, t, _ = x.x.shape
+        heads = x(proj).view(b, t, num_heads, self.head_dim)
         return (heads if norm is None else norm(heads)).transpose(1, 2)
 
     def forward_cached(self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], cache: SelfAttentionCache,
@@ -59,20 +60,21 @@ class GroupedQueryAttention(nn.Module):
         """x: [B, T, hidden] new tokens; ``rotary``: their (cos, sin) from ``RotaryEmbedding``; ``layer``: which of
         the cache's layers -> [B, T, hidden]."""
         cos, sin = rotary
-        v = self._heads(x, self.v_proj, self.num_kv_heads, None)
+        shared = SharedInput(x)  # quantized projections share one quantization of x
+        v = self._heads(shared, self.v_proj, self.num_kv_heads, None)
         fused = (self.qk_norm and self.q_norm.use_kernel and rms_norm.supported(x)
                  and not torch.compiler.is_compiling())
         if fused:  # norm + rotation + transpose in one pass
             b, t, _ = x.shape
-            q = rms_norm.rms_norm_rotary(self.q_proj(x).view(b, t, self.num_heads, self.head_dim), self.q_norm.weight,
-                                         self.q_norm.eps, cos, sin)
-            k = rms_norm.rms_norm_rotary(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim),
+            q = rms_norm.rms_norm_rotary(shared(self.q_proj).view(b, t, self.num_heads, self.head_dim),
+                                         self.q_norm.weight, self.q_norm.eps, cos, sin)
+            k = rms_norm.rms_norm_rotary(shared(self.k_proj).view(b, t, self.num_kv_heads, self.head_dim),
                                          self.k_norm.weight, self.k_norm.eps, cos, sin)
         else:
-            q = apply_rotary(self._heads(x, self.q_proj, self.num_heads, self.q_norm if self.qk_norm else None),
+            q = apply_rotary(self._heads(shared, self.q_proj, self.num_heads, self.q_norm if self.qk_norm else None),
                              cos, sin)
-            k = apply_rotary(self._heads(x, self.k_proj, self.num_kv_heads, self.k_norm if self.qk_norm else None),
-                             cos, sin)
+            k = apply_rotary(self._heads(shared, self.k_proj, self.num_kv_heads,
+                                         self.k_norm if self.qk_norm else None), cos, sin)
         out = cache.attend(layer, q, k, v, use_kernel=self.use_kernel)
         b, _, t, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))

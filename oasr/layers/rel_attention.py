@@ -19,6 +19,7 @@ from torch import nn
 
 from oasr.kernels import rel_position
 from oasr.layers.basic import Linear
+from oasr.layers.shared_input import SharedInput
 
 _POSITION_BASE = 10_000.0
 
@@ -70,12 +71,12 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.bias_u = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # content bias u
         self.bias_v = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # position bias v
 
-    def _project_q_u(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    def _project_q_u(self, x: SharedInput, u: torch.Tensor) -> torch.Tensor:
         """Queries with the content bias u added [B, T, E]: by the projection's own bias in one GEMM, or after a
         quantized projection (which takes no other bias)."""
         if self.q_proj.quant_gemm is not None:
-            return self.q_proj(x) + u
-        return F.linear(x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
+            return x(self.q_proj) + u
+        return F.linear(x.x, self.q_proj.weight, u if self.q_proj.bias is None else self.q_proj.bias + u)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, H*D] -> [B, H, T, D]."""
@@ -100,10 +101,11 @@ class RelPositionMultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         # Queries with the content bias u added by the projection itself: (q + u) comes out of one GEMM.
         u = self.bias_u.flatten()
-        q_u = self._project_q_u(x, u)
+        shared = SharedInput(x)  # quantized projections share one quantization of x
+        q_u = self._project_q_u(shared, u)
         q_u = q_u.view(b, t, self.num_heads, self.head_dim)
-        k = self.split_heads(self.k_proj(x))
-        v = self.split_heads(self.v_proj(x))
+        k = self.split_heads(shared(self.k_proj))
+        v = self.split_heads(shared(self.v_proj))
         # The float mask SDPA adds to the scaled content scores (q + u) . k, so both terms share one softmax.
         # (Under the kernels backend on CPU tensors the kernel's torch reference runs: the same arithmetic.)
         if self.use_kernel and positions.shape[0] == 1 and not torch.compiler.is_compiling():
@@ -136,10 +138,11 @@ class RelPositionMultiHeadAttention(nn.Module):
         """
         b, t, _ = x.shape
         u = self.bias_u.flatten()
-        q_u = self._project_q_u(x, u)
+        shared = SharedInput(x)
+        q_u = self._project_q_u(shared, u)
         q_u = q_u.view(b, t, self.num_heads, self.head_dim)
-        keys = torch.cat([past_keys, self.split_heads(self.k_proj(x))], dim=2)
-        values = torch.cat([past_values, self.split_heads(self.v_proj(x))], dim=2)
+        keys = torch.cat([past_keys, self.split_heads(shared(self.k_proj))], dim=2)
+        values = torch.cat([past_values, self.split_heads(shared(self.v_proj))], dim=2)
         num_keys = keys.shape[2]
         q_v = (q_u + (self.bias_v - self.bias_u)).permute(2, 0, 1, 3).reshape(self.num_heads, b * t, self.head_dim)
         scores = rel_position.shifted(torch.bmm(q_v, self.distance_keys(positions)), b, num_keys)

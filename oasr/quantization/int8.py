@@ -35,18 +35,18 @@ class Int8Method(QuantMethod):
     def _cast(self, scaled: torch.Tensor) -> torch.Tensor:
         return scaled.round().clamp(-self.qmax, self.qmax).to(torch.int8)
 
-    def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
-            bias: torch.Tensor | None) -> torch.Tensor:
+    def run_quantized(self, lane: str, quantized: tuple[torch.Tensor, torch.Tensor], weight: torch.Tensor,
+                      scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         if lane != self.fast_lane:
-            return super().run(lane, x, weight, scale, bias)
-        qx, sx = self.quantize_activation_fused(x)
+            return super().run_quantized(lane, quantized, weight, scale, bias, dtype)
+        qx, sx = quantized
         rows = qx.shape[0]
         if qx.is_cuda and rows < _INT_MM_MIN_ROWS:
             qx = torch.cat([qx, qx.new_zeros(_INT_MM_MIN_ROWS - rows, qx.shape[1])])
         acc = torch._int_mm(qx, weight.t())
         if triton_runs_on(acc):
-            return w8a8.dequantize_int32(acc, sx, scale, bias, x.dtype)
+            return w8a8.dequantize_int32(acc, sx, scale, bias, dtype)
         out = acc[:rows].float() * sx * scale
         if bias is not None:
             out = out + bias.float()
-        return out.to(x.dtype)
+        return out.to(dtype)

@@ -54,8 +54,11 @@ class QuantMethod(ABC):
         return self._cast(xf / scale), scale
 
     def quantize_activation_fused(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``quantize_activation`` in one kernel where Triton runs (the device lanes), with the same numbers."""
-        if w8a8.supported(x, self.storage_dtype):
+        """``quantize_activation`` in one kernel where Triton runs (the device lanes), with the same numbers.
+        Inside ``torch.compile`` it stays torch's ops, which the compiler fuses into the op that produced ``x``
+        (the LayerNorm before a projection, the GELU before ``fc2``): the activation is then never written in
+        its float dtype at all. (The compiler's division may round the last bit differently.)"""
+        if w8a8.supported(x, self.storage_dtype) and not torch.compiler.is_compiling():
             return w8a8.quantize_rows(x, self.storage_dtype, self.qmax)
         return self.quantize_activation(x)
 
@@ -65,11 +68,17 @@ class QuantMethod(ABC):
         -> [M, N] in x's dtype. The activation is quantized per token exactly as the device kernels quantize it,
         so this lane's numbers are theirs up to the order of float32 accumulation. ``float_weight``: the
         weight's values already in float32 (a copy the layer keeps), else converted here."""
-        qx, sx = self.quantize_activation(x)
+        return self.reference_quantized(self.quantize_activation(x), weight, scale, bias, x.dtype, float_weight)
+
+    def reference_quantized(self, quantized: tuple[torch.Tensor, torch.Tensor], weight: torch.Tensor,
+                            scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype,
+                            float_weight: torch.Tensor | None = None) -> torch.Tensor:
+        """``reference`` from an activation already quantized (values [M, K], scales [M, 1]) -> [M, N] in ``dtype``."""
+        qx, sx = quantized
         out = (qx.float() @ (weight.float() if float_weight is None else float_weight).t()) * sx * scale
         if bias is not None:
             out = out + bias.float()
-        return out.to(x.dtype)
+        return out.to(dtype)
 
     # The device lane, declared by each method: the torch op it calls, the compute capability it needs (and what to
     # say to a device below it), and the multiple its operands' dimensions must be (a layer of another shape runs
@@ -99,9 +108,19 @@ class QuantMethod(ABC):
 
     def run(self, lane: str, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,
             bias: torch.Tensor | None) -> torch.Tensor:
-        """x [M, K] through ``lane`` -> [M, N]."""
+        """x [M, K] through ``lane`` -> [M, N] in x's dtype."""
+        return self.run_quantized(lane, self.quantize_for(lane, x), weight, scale, bias, x.dtype)
+
+    def quantize_for(self, lane: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [M, K] quantized as ``lane`` quantizes it: (values [M, K], float32 scales [M, 1]). Every lane of a
+        method gives the same numbers; the device lanes take the one-pass kernel."""
+        return self.quantize_activation(x) if lane == "reference" else self.quantize_activation_fused(x)
+
+    def run_quantized(self, lane: str, quantized: tuple[torch.Tensor, torch.Tensor], weight: torch.Tensor,
+                      scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        """An activation from ``quantize_for`` through ``lane``'s GEMM -> [M, N] in ``dtype``."""
         if lane == "reference":
-            return self.reference(x, weight, scale, bias)
+            return self.reference_quantized(quantized, weight, scale, bias, dtype)
         raise ValueError(f"{self.name}: unknown lane {lane!r}")
 
     def check_device(self, device: torch.device) -> None:
@@ -134,16 +153,24 @@ class QuantizedGemm:
     lane: str
 
     def __call__(self, x: torch.Tensor, layer) -> torch.Tensor:
-        """x [..., K] through ``layer``'s quantized weight -> [..., N] in x's dtype. On the reference lane the
-        layer keeps its weight's values in float32 once used (made again only if the weight moves): the oracle
-        lane trades the memory saving for not converting the weight on every call, which dominates a decode
-        step of a few rows."""
-        rows = x.reshape(-1, x.shape[-1])
+        """x [..., K] through ``layer``'s quantized weight -> [..., N] in x's dtype."""
+        out = self.multiply(self.quantize(x.reshape(-1, x.shape[-1])), layer, x.dtype)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def quantize(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows [M, K] as this lane's GEMM takes them: (values, scales [M, 1]). Layers bound to the same method
+        and lane can share one (``oasr.layers.SharedInput``)."""
+        return self.method.quantize_for(self.lane, rows)
+
+    def multiply(self, quantized: tuple[torch.Tensor, torch.Tensor], layer, dtype: torch.dtype) -> torch.Tensor:
+        """A quantized activation [M, K] through ``layer``'s weight -> [M, N] in ``dtype``. On the reference lane
+        the layer keeps its weight's values in float32 once used (made again only if the weight moves): the
+        oracle lane trades the memory saving for not converting the weight on every call, which dominates a
+        decode step of a few rows."""
         if self.lane == "reference":
             from oasr.layers.basic import derived
 
             float_weight = derived(layer, "_float_weight", (layer.weight,), layer.weight.float)
-            out = self.method.reference(rows, layer.weight, layer.weight_scale, layer.bias, float_weight)
-        else:
-            out = self.method.run(self.lane, rows, layer.weight, layer.weight_scale, layer.bias)
-        return out.view(*x.shape[:-1], out.shape[-1])
+            return self.method.reference_quantized(quantized, layer.weight, layer.weight_scale, layer.bias, dtype,
+                                                   float_weight)
+        return self.method.run_quantized(self.lane, quantized, layer.weight, layer.weight_scale, layer.bias, dtype)

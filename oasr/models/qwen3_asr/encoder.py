@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oasr.layers import GELU, Conv2d, LayerNorm, Linear, MultiHeadAttention, activation
+from oasr.layers import GELU, Conv2d, LayerNorm, Linear, MultiHeadAttention, activation, sdpa
 from oasr.layers.positions import timescale_sinusoids
 from oasr.models.qwen3_asr.config import Qwen3ASRConfig, Qwen3AudioEncoderConfig
 from oasr.models.qwen3_asr.windows import WindowPlan, positions_of
@@ -42,7 +42,7 @@ class AudioEncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """x: [B, S, d]; mask: bool [B, 1, S | 1, S] (True = attend) -> [B, S, d]."""
         h = self.self_attn_layer_norm(x)
-        x = x + self.self_attn.attend(h, *self.self_attn.project_kv(h), mask=mask)
+        x = x + self.self_attn.project_out(sdpa(*self.self_attn.project_qkv(h), mask=mask))
         return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
 
 
