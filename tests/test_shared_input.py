@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oasr.layers import Linear, SharedInput
+from oasr.layers import GELU, Linear, SharedInput, SiLU
 from oasr.models import ARCHITECTURES
 from oasr.quantization import QUANT_METHODS
 from oasr.quantization.apply import method_named, quantizable, quantize_weights
@@ -35,9 +35,9 @@ def _count_quantizations(monkeypatch) -> list[int]:
     calls = [0]
     original = QuantMethod.quantize_for
 
-    def counted(self, lane, x):
+    def counted(self, lane, x, act=None):
         calls[0] += 1
-        return original(self, lane, x)
+        return original(self, lane, x, act)
 
     monkeypatch.setattr(QuantMethod, "quantize_for", counted)
     return calls
@@ -68,3 +68,19 @@ def test_grouped_attention_and_gated_mlp_share_their_input(monkeypatch) -> None:
     with torch.inference_mode():
         mlp(torch.randn(2, 5, mlp.gate_proj.in_features))
     assert calls[0] == 2  # gate and up together, then down
+
+
+@pytest.mark.parametrize("name", [None, *QUANT_METHODS.names()])
+@pytest.mark.parametrize("act", [GELU(), SiLU()])
+def test_after_is_the_activation_then_the_layer(name: str | None, act) -> None:
+    """``Linear.after(act, x)`` (an MLP's second GEMM, which a quantized lane may fold GELU into) is
+    ``layer(act(x))``."""
+    torch.manual_seed(1)
+    layer = Linear(64, 24)
+    if name is not None:
+        weight, scale = method_named(name).quantize_weight(layer.weight)
+        layer.set_quantized(method_named(name).bind(torch.device("cpu"), tuple(weight.shape)), weight, scale)
+    x = 3 * torch.randn(2, 5, 64)
+    with torch.inference_mode():
+        assert torch.equal(layer.after(act, x), layer(act(x)))
+        assert not torch.equal(layer.after(act, x), layer(x))

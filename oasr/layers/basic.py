@@ -56,6 +56,16 @@ class Linear(nn.Linear):
             return F.linear(x, self.weight, self.bias)
         return gemm(x, self)
 
+    def after(self, act: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``self(act(x))``, an MLP's second GEMM after its activation. Quantized, the method may fold ``act`` into
+        quantizing x (GELU, on the device lanes): x is read once and act(x) never written in float, a pass as
+        large as the 8-bit GEMM itself at an encoder's row counts."""
+        gemm = self.quant_gemm
+        if gemm is None:
+            return self(act(x))
+        out = gemm.multiply(gemm.quantize(x.reshape(-1, x.shape[-1]), act), self, x.dtype)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
     @property
     def compute_dtype(self) -> torch.dtype:
         """The float dtype this layer computes in (its weight's, or the model's when the weight is quantized)."""

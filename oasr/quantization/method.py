@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
+from torch import nn
 
 from oasr.errors import UnsupportedQuantizationError
 from oasr.kernels import w8a8
@@ -111,10 +112,16 @@ class QuantMethod(ABC):
         """x [M, K] through ``lane`` -> [M, N] in x's dtype."""
         return self.run_quantized(lane, self.quantize_for(lane, x), weight, scale, bias, x.dtype)
 
-    def quantize_for(self, lane: str, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [M, K] quantized as ``lane`` quantizes it: (values [M, K], float32 scales [M, 1]). Every lane of a
-        method gives the same numbers; the device lanes take the one-pass kernel."""
-        return self.quantize_activation(x) if lane == "reference" else self.quantize_activation_fused(x)
+    def quantize_for(self, lane: str, x: torch.Tensor, act: nn.Module | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [M, K] (through the activation module ``act`` first, if given) quantized as ``lane`` quantizes it:
+        (values [M, K], float32 scales [M, 1]). Every lane of a method gives the same numbers; the device lanes
+        take the one-pass kernels, which fold a GELU in (its output is then never written in float)."""
+        if lane == "reference":
+            return self.quantize_activation(x if act is None else act(x))
+        if getattr(type(act), "KERNEL_OP", None) == "gelu" and w8a8.supported(x, self.storage_dtype):
+            return w8a8.gelu_quantize_rows(x, self.storage_dtype, self.qmax)
+        return self.quantize_activation_fused(x if act is None else act(x))
 
     def run_quantized(self, lane: str, quantized: tuple[torch.Tensor, torch.Tensor], weight: torch.Tensor,
                       scale: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
@@ -157,10 +164,10 @@ class QuantizedGemm:
         out = self.multiply(self.quantize(x.reshape(-1, x.shape[-1])), layer, x.dtype)
         return out.view(*x.shape[:-1], out.shape[-1])
 
-    def quantize(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """rows [M, K] as this lane's GEMM takes them: (values, scales [M, 1]). Layers bound to the same method
-        and lane can share one (``oasr.layers.SharedInput``)."""
-        return self.method.quantize_for(self.lane, rows)
+    def quantize(self, rows: torch.Tensor, act: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """rows [M, K] (through ``act`` first, if given) as this lane's GEMM takes them: (values, scales [M, 1]).
+        Layers bound to the same method and lane can share one (``oasr.layers.SharedInput``)."""
+        return self.method.quantize_for(self.lane, rows, act)
 
     def multiply(self, quantized: tuple[torch.Tensor, torch.Tensor], layer, dtype: torch.dtype) -> torch.Tensor:
         """A quantized activation [M, K] through ``layer``'s weight -> [M, N] in ``dtype``. On the reference lane

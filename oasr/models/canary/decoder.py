@@ -26,7 +26,7 @@ class DecoderMLP(nn.Module):
         self.act = activation(config.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        return self.fc2.after(self.act, self.fc1(x))
 
 
 class AEDDecoderLayer(nn.Module):

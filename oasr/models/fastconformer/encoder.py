@@ -170,7 +170,7 @@ class FeedForward(nn.Module):
         self.linear2 = Linear(config.intermediate_size, config.hidden_size, bias=config.attention_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(self.activation(self.linear1(x)))
+        return self.linear2.after(self.activation, self.linear1(x))
 
 
 class ConvolutionModule(nn.Module):

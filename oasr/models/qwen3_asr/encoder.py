@@ -43,7 +43,7 @@ class AudioEncoderLayer(nn.Module):
         """x: [B, S, d]; mask: bool [B, 1, S | 1, S] (True = attend) -> [B, S, d]."""
         h = self.self_attn_layer_norm(x)
         x = x + self.self_attn.project_out(sdpa(*self.self_attn.project_qkv(h), mask=mask))
-        return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
+        return x + self.fc2.after(self.act, self.fc1(self.final_layer_norm(x)))
 
 
 class Qwen3AudioEncoder(nn.Module):

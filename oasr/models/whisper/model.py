@@ -46,7 +46,7 @@ class WhisperEncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.self_attn(self.self_attn_layer_norm(x))
-        return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
+        return x + self.fc2.after(self.act, self.fc1(self.final_layer_norm(x)))
 
 
 class WhisperEncoder(nn.Module):
@@ -104,7 +104,7 @@ class WhisperDecoderLayer(nn.Module):
         if probe is not None:
             probe.observe(index, self.encoder_attn, h, cross.keys(index))
         x = x + self.encoder_attn.forward_cross(h, cross, index)
-        return x + self.fc2(self.act(self.fc1(self.final_layer_norm(x))))
+        return x + self.fc2.after(self.act, self.fc1(self.final_layer_norm(x)))
 
 
 class WhisperDecoder(nn.Module):
