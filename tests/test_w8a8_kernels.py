@@ -39,34 +39,6 @@ _CASES = textwrap.dedent("""
                 wrong += int((q.float() != want_q.float()).sum()) + int((scale != want_scale).sum())
         return wrong
 
-    def gelu_mismatch(device, dtypes):
-        # gelu_quantize_rows against F.gelu then the torch quantization: -> the share of values that differ (a
-        # last-ulp difference in erf can move one across a rounding boundary), or 1.0 if any differs by more than
-        # one step of the storage format or any scale is off by more than float32 rounding.
-        import torch.nn.functional as F
-        from oasr.kernels.w8a8 import gelu_quantize_rows
-        torch.manual_seed(2)
-        differing = total = 0
-        for name in ("fp8", "int8"):
-            method = method_named(name)
-            for rows, dim in [(5, 48), (3, 640), (4, 5120), (2, 9000)]:  # 9000: past one pass, chunked
-                for dtype in dtypes:
-                    x = (3 * torch.randn(rows, dim, device=device)).to(dtype)
-                    q, scale = gelu_quantize_rows(x, method.storage_dtype, method.qmax)
-                    want_q, want_scale = method.quantize_activation(F.gelu(x))
-                    got, want = q.float(), want_q.float()
-                    if name == "fp8":
-                        v = want.abs()
-                        step = torch.where(v >= 2**-6, torch.exp2(torch.floor(torch.log2(v.clamp(min=2**-6))) - 3),
-                                           torch.full_like(v, 2**-9))
-                    else:
-                        step = torch.ones_like(want)
-                    if ((got - want).abs() > step).any() or ((scale - want_scale).abs() > 1e-6 * want_scale).any():
-                        return 1.0
-                    differing += int((got != want).sum())
-                    total += got.numel()
-        return differing / total
-
     def rescale_error(device):
         from oasr.kernels.w8a8 import dequantize_int32
         torch.manual_seed(1)
@@ -89,11 +61,6 @@ def test_quantize_rows_equals_the_torch_quantization_in_the_interpreter() -> Non
     assert worst_error_interpreted(_CASES + "\nprint(differing('cpu'))\n") == 0
 
 
-def test_gelu_quantization_equals_gelu_then_the_torch_quantization_in_the_interpreter() -> None:
-    # bfloat16 only on CUDA: the interpreter rounds a float32 -> bfloat16 cast its own way.
-    assert worst_error_interpreted(_CASES + "\nprint(gelu_mismatch('cpu', (torch.float32, torch.float16)))\n") < 1e-3
-
-
 def test_int32_rescaling_equals_the_torch_path_in_the_interpreter() -> None:
     assert worst_error_interpreted(_CASES + "\nprint(rescale_error('cpu'))\n") < 1e-2
 
@@ -103,7 +70,6 @@ def test_w8a8_kernels_equal_the_torch_paths_on_cuda() -> None:
     namespace: dict = {}
     exec(_CASES, namespace)  # noqa: S102 (the same cases as the interpreter's, natively)
     assert namespace["differing"](torch.device("cuda")) == 0
-    assert namespace["gelu_mismatch"](torch.device("cuda"), (torch.float32, torch.float16, torch.bfloat16)) < 1e-3
     assert namespace["rescale_error"](torch.device("cuda")) < 1e-2
 
 
@@ -127,9 +93,10 @@ def test_cuda_lanes_quantize_with_the_kernel(monkeypatch) -> None:
 
 @pytest.mark.gpu
 def test_quantized_linear_compiles_as_the_compiled_encoder_runs_it() -> None:
-    """``--compile-encoder`` traces the quantized layers: the kernels' launch under torch.compile (which passes
-    float arguments as float64) gives the eager numbers."""
-    from oasr.layers import Linear
+    """``--compile-encoder`` traces the quantized layers. After an activation (``Linear.after``) the kernel is
+    launched under torch.compile (which passes float arguments as float64) and gives the eager numbers; a plain
+    call's quantization is torch's ops there, whose division may put a value one step off."""
+    from oasr.layers import GELU, Linear
     from oasr.quantization.apply import method_named
 
     torch.manual_seed(0)
@@ -139,7 +106,11 @@ def test_quantized_linear_compiles_as_the_compiled_encoder_runs_it() -> None:
         q, scale = method.quantize_weight(layer.weight)
         layer.set_quantized(method.bind(torch.device("cuda"), tuple(q.shape)), q, scale)
         x = torch.randn(2, 100, 256, device="cuda", dtype=torch.float16)
+        act = GELU()
         with torch.inference_mode():
-            eager = layer(x)
+            eager, eager_after = layer(x), layer.after(act, x)
+            torch._dynamo.reset()
             compiled = torch.compile(layer)(x)
-        torch.testing.assert_close(compiled, eager, rtol=2e-3, atol=2e-3)
+            compiled_after = torch.compile(lambda h: layer.after(act, h))(x)
+        torch.testing.assert_close(compiled_after, eager_after, rtol=2e-3, atol=2e-3)
+        assert (compiled.float() - eager.float()).norm() < 1e-2 * eager.float().norm()

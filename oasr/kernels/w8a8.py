@@ -53,29 +53,8 @@ def quantize_rows(x: torch.Tensor, storage_dtype: torch.dtype, qmax: float) -> t
     block_m = max(1, 2048 // block_k)
     _quantize_rows_kernel[(triton.cdiv(m, block_m),)](
         rows, out, scale, m, k, QMAX=qmax, INV_QMAX=1.0 / qmax, MIN_AMAX=MIN_AMAX, ROUNDER=_ROUNDER,
-        INTEGER=storage_dtype == torch.int8, GELU=False,
+        INTEGER=storage_dtype == torch.int8,
         BLOCK_M=block_m, BLOCK_K=block_k, NUM_CHUNKS=triton.cdiv(k, block_k), num_warps=4)
-    return out, scale
-
-
-def gelu_quantize_rows(x: torch.Tensor, storage_dtype: torch.dtype, qmax: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """``quantize_rows(gelu(x))`` in one pass: exact (erf) GELU rounded to x's dtype, as ``F.gelu`` gives it, then
-    quantized, without writing the GELU's output. For the input of an MLP's second GEMM, whose rows are wide
-    (5,120 in large-v3): a row up to 8,192 columns is read once, whole, by one program."""
-    rows = x if x.is_contiguous() else x.contiguous()
-    m, k = rows.shape
-    out = torch.empty((m, k), dtype=storage_dtype, device=x.device)
-    scale = torch.empty((m, 1), dtype=torch.float32, device=x.device)
-    if m == 0:
-        return out, scale
-    block_k = triton.next_power_of_2(k)
-    one_pass = block_k <= 8192
-    block_k = block_k if one_pass else 512
-    _quantize_rows_kernel[(m if one_pass else triton.cdiv(m, 4),)](
-        rows, out, scale, m, k, QMAX=qmax, INV_QMAX=1.0 / qmax, MIN_AMAX=MIN_AMAX, ROUNDER=_ROUNDER,
-        INTEGER=storage_dtype == torch.int8, GELU=True,
-        BLOCK_M=1 if one_pass else 4, BLOCK_K=block_k, NUM_CHUNKS=triton.cdiv(k, block_k),
-        num_warps=8 if one_pass else 4)
     return out, scale
 
 
@@ -113,28 +92,18 @@ if triton is not None:
         tl.store(out_ptr + rows[:, None] * num_cols + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=inside)
 
     @triton.jit
-    def _load_rows(x_ptr, rows, c, inside, dim, GELU: tl.constexpr):
-        """A tile of rows as float32, through exact GELU rounded to x's dtype (``F.gelu``'s numbers) if asked."""
-        x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0)
-        v = x.to(tl.float32)
-        if GELU:
-            v = ((v * 0.5) * (1.0 + tl.math.erf(v * 0.7071067811865476))).to(x.dtype).to(tl.float32)
-        return v
-
-    @triton.jit
     def _quantize_rows_kernel(x_ptr, out_ptr, scale_ptr, num_rows, dim, QMAX: tl.constexpr, INV_QMAX: tl.constexpr,
                               MIN_AMAX: tl.constexpr, ROUNDER: tl.constexpr,
-                              INTEGER: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+                              INTEGER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                               NUM_CHUNKS: tl.constexpr):
         rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         live = rows < num_rows
         cols = tl.arange(0, BLOCK_K)
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        x = tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float32)
         for chunk in tl.static_range(NUM_CHUNKS):
             c = chunk * BLOCK_K + cols
             inside = live[:, None] & (c < dim)[None, :]
-            x = _load_rows(x_ptr, rows, c, inside, dim, GELU)
+            x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
         # The constants are constexpr: torch.compile's launcher would pass a float argument as float64. (Nothing
         # folds (x + R) - R away: Triton sets no reassociation flags; the CUDA test's ties would show it.)
@@ -143,8 +112,7 @@ if triton is not None:
         for chunk in tl.static_range(NUM_CHUNKS):
             c = chunk * BLOCK_K + cols
             inside = live[:, None] & (c < dim)[None, :]
-            if NUM_CHUNKS > 1:  # one chunk: the row is still in registers from the first loop
-                x = _load_rows(x_ptr, rows, c, inside, dim, GELU)
+            x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
             scaled = tl.math.div_rn(x, scale[:, None])
             scaled = tl.minimum(tl.maximum(scaled, -QMAX), QMAX)
             if INTEGER:

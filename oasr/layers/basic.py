@@ -57,9 +57,9 @@ class Linear(nn.Linear):
         return gemm(x, self)
 
     def after(self, act: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``self(act(x))``, an MLP's second GEMM after its activation. Quantized, the method may fold ``act`` into
-        quantizing x (GELU, on the device lanes): x is read once and act(x) never written in float, a pass as
-        large as the 8-bit GEMM itself at an encoder's row counts."""
+        """``self(act(x))``, an MLP's second GEMM after its activation. Quantized, the method knows its input is an
+        activation's output (``QuantMethod.quantize_for``), which decides how it is quantized under
+        ``torch.compile``."""
         gemm = self.quant_gemm
         if gemm is None:
             return self(act(x))
