@@ -37,9 +37,9 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     model = ARCHITECTURES.get("whisper").from_config(config).eval()
     if args.quantization:  # on the host, as loading does; the quantized layers move with the model
-        from oasr.quantization.apply import method_named, quantize_weights, quantized_modules
+        from oasr.quantization.apply import method_named, quantizable, quantize_weights
 
-        quantize_weights(model, method_named(args.quantization), quantized_modules(model))
+        quantize_weights(model, method_named(args.quantization), tuple(quantizable(model)))
     model = model.to("cuda", dtype)
     features = torch.randn(args.batch, config.num_mel_bins, 3000, device="cuda", dtype=dtype)
     encoder = model.model.encoder

@@ -57,9 +57,6 @@ class ModelCapabilities:
     # The GEMMs every decode step runs, at a step's few rows (module paths, ``*`` for a layer index). Quantization
     # leaves them in the model's dtype unless asked: there 8 bits cost more passes than they save.
     decode_step_gemms: tuple[str, ...] = ()
-    # GEMMs whose 8-bit rounding costs accuracy out of proportion to their share of the time (measured on real
-    # weights; module paths as above). Quantization always leaves them in the model's dtype.
-    sensitive_gemms: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.runner not in RUNNER_KINDS:

@@ -60,15 +60,13 @@ def quantize_weights(model: nn.Module, method: QuantMethod, modules: tuple[str, 
 
 
 def quantized_modules(model: nn.Module, *, decode_steps: bool = False) -> tuple[str, ...]:
-    """The GEMMs a quantization of ``model`` covers: every quantizable one, less the architecture's sensitive
-    GEMMs, and less its decode-step GEMMs unless ``decode_steps``."""
-    capabilities = type(model).capabilities
+    """The GEMMs a quantization of ``model`` covers: every quantizable one, less the architecture's decode-step
+    GEMMs unless ``decode_steps``."""
     modules = tuple(quantizable(model))
-    kept = capabilities.sensitive_gemms + (() if decode_steps else capabilities.decode_step_gemms)
-    if not kept:
+    if decode_steps or not type(model).capabilities.decode_step_gemms:
         return modules
-    left_in_float = matching(kept, set(modules))
-    return tuple(name for name in modules if name not in left_in_float)
+    steps = matching(type(model).capabilities.decode_step_gemms, set(modules))
+    return tuple(name for name in modules if name not in steps)
 
 
 def quantize_model(loaded, method_name: str, *, calibration: Calibration | None = None,
