@@ -58,9 +58,9 @@ def test_quantized_whisper_runs_on_cuda_close_to_its_cpu_oracle(name: str) -> No
 
 @pytest.mark.parametrize("name", QUANT_METHODS.names())
 def test_compiled_quantized_encoder_matches_eager(name: str) -> None:
-    """Under torch.compile the activations' quantization is torch's ops, fused by the compiler into the LayerNorm
-    or GELU before each GEMM instead of the Triton pass; the encoder computes the same function (the compiler's
-    division may round a last bit differently, so a few values land one e4m3 or int8 step apart)."""
+    """Under torch.compile most activations' quantization is torch's ops, fused by the compiler into the LayerNorm
+    (or transpose) before the GEMM instead of the Triton pass; the encoder computes the same function (the
+    compiler's division may round a last bit differently, so a few values land one e4m3 or int8 step apart)."""
     torch.manual_seed(0)
     arch = ARCHITECTURES.get("whisper")
     config = arch.tiny_config()
