@@ -72,18 +72,20 @@ class MultiHeadAttention(nn.Module):
         a caller that keeps K/V in its own buffers (the engine's cross-attention slots) needs no copy after. Either
         may instead be a callable, handed the projection ([B * T, E]) to store its own way (an e4m3 cache)."""
         shared = x if isinstance(x, SharedInput) else SharedInput(x)
-        rows = shared.x.reshape(-1, shared.x.shape[-1])
+        rows = shared.rows
         for proj, out in ((self.k_proj, k_out), (self.v_proj, v_out)):
-            if not isinstance(out, torch.Tensor):
-                out(shared(proj).view(rows.shape[0], -1))
-                continue
-            flat = out.view(-1, out.shape[-1])
-            if proj.quant_gemm is not None:  # a quantized GEMM has no out= form
-                flat.copy_(shared(proj).view(rows.shape[0], -1))
+            if proj.quant_gemm is not None:  # through the shared quantization; a quantized GEMM has no out= form
+                projected = shared(proj).view(rows.shape[0], -1)
+                if isinstance(out, torch.Tensor):
+                    out.view(-1, out.shape[-1]).copy_(projected)
+                else:
+                    out(projected)
+            elif not isinstance(out, torch.Tensor):
+                out(proj(rows))
             elif proj.bias is None:
-                torch.mm(rows, proj.weight.t(), out=flat)
+                torch.mm(rows, proj.weight.t(), out=out.view(-1, out.shape[-1]))
             else:
-                torch.addmm(proj.bias, rows, proj.weight.t(), out=flat)
+                torch.addmm(proj.bias, rows, proj.weight.t(), out=out.view(-1, out.shape[-1]))
 
     def project_q(self, x: torch.Tensor) -> torch.Tensor:
         """x: [B, T, E] -> queries [B, H, T, D]."""
@@ -93,18 +95,6 @@ class MultiHeadAttention(nn.Module):
         """Attention output [B, H, T, D] -> [B, T, E] through ``out_proj``."""
         b, _, t, _ = heads.shape
         return self.out_proj(heads.transpose(1, 2).reshape(b, t, -1))
-
-    def attend(
-        self,
-        x: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-    ) -> torch.Tensor:
-        """x: [B, Tq, E] queries; k, v: [B, H, Tk, D] -> [B, Tq, E]."""
-        return self.project_out(sdpa(self.project_q(x), k, v, mask=mask, is_causal=is_causal))
 
     def head_scores(self, x: torch.Tensor, k: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """Pre-softmax attention logits of a few heads, which SDPA never returns (word alignment reads them).

@@ -57,9 +57,9 @@ class Linear(nn.Linear):
         return gemm(x, self)
 
     def after(self, act: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """``self(act(x))``, an MLP's second GEMM after its activation. Quantized, act(x) goes to the method's
-        quantization kernel even inside ``torch.compile``, where a plain call's would be fused into the op before
-        it (``QuantMethod.quantize_for`` says why)."""
+        """``self(act(x))``, an MLP's second GEMM after its activation. On a quantized layer's device lane act(x)
+        goes to the method's quantization kernel even inside ``torch.compile``, where a plain call's quantization
+        would be fused into the op before it (``QuantMethod.quantize_for`` says why)."""
         gemm = self.quant_gemm
         if gemm is None:
             return self(act(x))

@@ -50,7 +50,8 @@ class GroupedQueryAttention(nn.Module):
         self.qk_norm = qk_norm_eps is not None
 
     def _heads(self, x: SharedInput, proj: Linear, num_heads: int, norm: RMSNorm | None) -> torch.Tensor:
-        """[B, T, hidden] -> [B, H, T, D], each head normalised first where the layer has the norms."""
+        """x's rows ([B, T, hidden]) through ``proj`` -> [B, H, T, D], each head normalised first where the layer
+        has the norms."""
         b, t, _ = x.x.shape
         heads = x(proj).view(b, t, num_heads, self.head_dim)
         return (heads if norm is None else norm(heads)).transpose(1, 2)

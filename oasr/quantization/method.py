@@ -66,7 +66,8 @@ class QuantMethod(ABC):
     def reference(self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
                   float_weight: torch.Tensor | None = None) -> torch.Tensor:
         """The dequantize-and-multiply oracle: x [M, K] (any float dtype), weight [N, K] quantized, scale [N]
-        -> [M, N] in x's dtype. The activation is quantized per token exactly as the device kernels quantize it,
+        -> [M, N] in x's dtype. The activation is quantized per token exactly as the device kernels quantize it
+        (inside ``torch.compile`` the device lanes may round a value one step apart: ``quantize_activation_fused``),
         so this lane's numbers are theirs up to the order of float32 accumulation. ``float_weight``: the
         weight's values already in float32 (a copy the layer keeps), else converted here."""
         return self.reference_quantized(self.quantize_activation(x), weight, scale, bias, x.dtype, float_weight)
@@ -165,6 +166,13 @@ class QuantizedGemm:
         """x [..., K] through ``layer``'s quantized weight -> [..., N] in x's dtype."""
         out = self.multiply(self.quantize(x.reshape(-1, x.shape[-1])), layer, x.dtype)
         return out.view(*x.shape[:-1], out.shape[-1])
+
+    @property
+    def activation_key(self) -> tuple[str, str]:
+        """What decides how this GEMM quantizes its input: layers with equal keys may share one quantization of
+        it (``oasr.layers.SharedInput``). Scales are computed per token from the input alone; a method that kept
+        activation state per layer (static, calibrated scales) would have to add it here."""
+        return self.method.name, self.lane
 
     def quantize(self, rows: torch.Tensor, act: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """rows [M, K] (through ``act`` first, if given) as this lane's GEMM takes them: (values, scales [M, 1]).
