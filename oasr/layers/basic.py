@@ -61,10 +61,7 @@ class Linear(nn.Linear):
         goes to the method's quantization kernel even inside ``torch.compile``, where a plain call's quantization
         would be fused into the op before it (``QuantMethod.quantize_for`` says why)."""
         gemm = self.quant_gemm
-        if gemm is None:
-            return self(act(x))
-        out = gemm.multiply(gemm.quantize(x.reshape(-1, x.shape[-1]), act), self, x.dtype)
-        return out.view(*x.shape[:-1], out.shape[-1])
+        return self(act(x)) if gemm is None else gemm(x, self, act)
 
     @property
     def compute_dtype(self) -> torch.dtype:

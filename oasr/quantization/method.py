@@ -162,9 +162,10 @@ class QuantizedGemm:
     method: QuantMethod
     lane: str
 
-    def __call__(self, x: torch.Tensor, layer) -> torch.Tensor:
-        """x [..., K] through ``layer``'s quantized weight -> [..., N] in x's dtype."""
-        out = self.multiply(self.quantize(x.reshape(-1, x.shape[-1])), layer, x.dtype)
+    def __call__(self, x: torch.Tensor, layer, act: nn.Module | None = None) -> torch.Tensor:
+        """x [..., K] (through ``act`` first, if given) through ``layer``'s quantized weight -> [..., N] in x's
+        dtype."""
+        out = self.multiply(self.quantize(x.reshape(-1, x.shape[-1]), act), layer, x.dtype)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     @property
