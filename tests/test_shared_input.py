@@ -110,7 +110,7 @@ def test_attention_variants_share_one_quantization_for_q_k_v(quantizations) -> N
     rel = RelPositionMultiHeadAttention(32, 4)
     grouped = GroupedQueryAttention(32, 4, 2, 8, qk_norm_eps=1e-6)
     for module in (rel, grouped):
-        for name, layer in quantizable(module).items():
+        for layer in quantizable(module).values():
             _quantized(layer, "fp8")
     x = torch.randn(2, 6, 32)
     with torch.inference_mode():
