@@ -53,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --random-weights: quantize the decode steps' GEMMs too (as oasr quantize --decode-steps)")
     p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"),
                    help="how OASR's decoder caches hold keys and values (fp8: e4m3 with a scale per position and head)")
+    p.add_argument("--timed-runs", type=int, default=1, metavar="N",
+                   help="time each system N times after its warm-up and report its fastest run (transformers' time "
+                        "on a GPU can vary by a quarter or more between runs)")
     p.add_argument("--profile", type=int, default=0, metavar="N",
                    help="after the timed run, profile one more of OASR's and print its top N kernels and ops")
 
@@ -87,6 +90,9 @@ def _quantize_random(loaded, method_name: str, decode_steps: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.timed_runs < 1:
+        print(f"oasr: error: bench: --timed-runs must be at least 1, got {args.timed_runs}", file=sys.stderr)
+        return 2
     if args.quantize_decode_steps and not (args.random_weights and args.quantization):
         print("oasr: error: bench: --quantize-decode-steps needs --random-weights and --quantization (a checkpoint's "
               "own choice comes from `oasr quantize --decode-steps`)", file=sys.stderr)
@@ -118,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                            args.kv_cache_dtype)
     results: list[BenchResult] = []
     ours, our_tokens = bench_oasr(loaded, items, config, fixed_output_tokens=args.fixed_output_tokens,
-                                  profile=args.profile)
+                                  profile=args.profile, timed_runs=args.timed_runs)
     if not args.fixed_output_tokens:
         ours.wer = _wer(items, our_tokens, loaded.tokenizer)
     results.append(ours)
@@ -127,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         extra["dtype"] += f", {args.quantization} GEMMs"
     if args.peer == "transformers":
         theirs, their_tokens = bench_transformers(loaded, state, items, fixed_output_tokens=args.fixed_output_tokens,
-                                                  batch_sizes=args.peer_batch_sizes)
+                                                  batch_sizes=args.peer_batch_sizes, timed_runs=args.timed_runs)
         if not args.fixed_output_tokens:
             theirs.wer = _wer(items, their_tokens, loaded.tokenizer)
         results.append(theirs)

@@ -81,10 +81,11 @@ def _sync(device: torch.device) -> None:
 
 def bench_oasr(
     loaded: LoadedModel, items: list[BenchItem], config: EngineConfig, *, fixed_output_tokens: int | None = None,
-    profile: int = 0,
+    profile: int = 0, timed_runs: int = 1,
 ) -> tuple[BenchResult, dict[str, list[int]]]:
-    """One warm-up pass, then the timed one; with ``profile``, a third pass under the profiler, whose top
-    ``profile`` kernels and ops go to stderr (stdout keeps the results alone)."""
+    """One warm-up pass, then ``timed_runs`` timed ones, of which the fastest counts; with ``profile``, one more
+    pass under the profiler, whose top ``profile`` kernels and ops go to stderr (stdout keeps the results
+    alone)."""
     engine = ASREngine(loaded, config)
 
     def options(item: BenchItem) -> DecodeOptions:
@@ -98,13 +99,18 @@ def bench_oasr(
 
     warmup = items[: 2 * config.scheduler.max_num_seqs]
     list(engine.run((f"warmup-{i}", it.audio, options(it)) for i, it in enumerate(warmup)))
-    engine.runner.phase_seconds = {k: 0.0 for k in engine.runner.phase_seconds}
     if loaded.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(loaded.device)
-    _sync(loaded.device)
-    start = time.perf_counter()
-    outputs = list(engine.run((it.item_id, it.audio, options(it)) for it in items))
-    wall = time.perf_counter() - start
+    best = None
+    for _ in range(timed_runs):
+        engine.runner.phase_seconds = {k: 0.0 for k in engine.runner.phase_seconds}
+        _sync(loaded.device)
+        start = time.perf_counter()
+        outputs = list(engine.run((it.item_id, it.audio, options(it)) for it in items))
+        wall = time.perf_counter() - start
+        if best is None or wall < best[0]:
+            best = (wall, outputs, dict(engine.runner.phase_seconds))
+    wall, outputs, phases = best
     latencies = [o.timings.finished - o.timings.queued for o in outputs]
     audio_s = sum(len(it.audio) for it in items) / 16000
     result = BenchResult(
@@ -119,7 +125,7 @@ def bench_oasr(
         latency_p99=_percentile(latencies, 99),
         peak_gpu_memory_gib=_peak_memory(loaded.device),
         batch_size=engine.runner.num_slots,
-        phases=dict(engine.runner.phase_seconds),
+        phases=phases,
     )
     if profile:
         from oasr.bench.profiling import profile_oasr
@@ -138,9 +144,10 @@ def bench_oasr(
 
 def bench_transformers(
     loaded: LoadedModel, state_dict: dict, items: list[BenchItem], *, fixed_output_tokens: int | None = None,
-    batch_sizes: Sequence[int] = PEER_BATCH_SIZES,
+    batch_sizes: Sequence[int] = PEER_BATCH_SIZES, timed_runs: int = 1,
 ) -> tuple[BenchResult, dict[str, list[int]]]:
-    """transformers at its best batch size among ``batch_sizes`` (each run once after a warm-up)."""
+    """transformers at its best batch size among ``batch_sizes`` (each run ``timed_runs`` times after a warm-up;
+    the fastest run counts)."""
     from oasr.bench.peer_transformers import hf_whisper_from, run_transformers
 
     device, dtype = loaded.device, loaded.dtype
@@ -153,10 +160,11 @@ def bench_transformers(
                          language=language, fixed_output_tokens=fixed_output_tokens)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        run = run_transformers(model, loaded, audio, batch_size=batch_size, device=device, dtype=dtype,
-                               language=language, fixed_output_tokens=fixed_output_tokens)
-        if best is None or run.seconds < best[0].seconds:
-            best = (run, _peak_memory(device))
+        for _ in range(timed_runs):
+            run = run_transformers(model, loaded, audio, batch_size=batch_size, device=device, dtype=dtype,
+                                   language=language, fixed_output_tokens=fixed_output_tokens)
+            if best is None or run.seconds < best[0].seconds:
+                best = (run, _peak_memory(device))
     run, peak = best
     audio_s = sum(len(a) for a in audio) / 16000
     result = BenchResult(
