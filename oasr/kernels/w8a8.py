@@ -12,11 +12,15 @@ multiply-add may be contracted, so the last bit can differ).
 
 The quantization's numbers are ``QuantMethod.quantize_activation``'s: scale = max(|row|, 1e-12) * (1 / qmax) in
 float32 (a multiply, as torch itself computes a division by a scalar on CUDA, so that both devices agree), values
-divided by it with IEEE division (``div_rn``), then saturated and rounded half to even to the storage dtype, in
-float32 arithmetic before the (then exact) conversion: int8 by adding and subtracting 1.5 * 2**23; e4m3 by
-rounding a normal value's mantissa to its top three bits on the integer bits, and a subnormal one (below 2**-6)
-to a multiple of 2**-9. Triton's interpreter (3.9) rounds some values to the power of two below when it converts
-to e4m3 itself; done this way, the interpreter and the device agree with torch bit for bit.
+multiplied by the scale's correctly rounded reciprocal (``div_rn`` once per row), then saturated and rounded half
+to even to the storage dtype. int8 rounds in float32 arithmetic (adding and subtracting 1.5 * 2**23) before the
+then exact conversion. e4m3 on CUDA is the hardware's conversion (round to nearest even, as torch's); under
+Triton's interpreter (3.9), which rounds some values to the power of two below when it converts to e4m3 itself,
+the kernel rounds in float32 first instead: a normal value's mantissa to its top three bits on the integer bits, a
+subnormal one (below 2**-6) to a multiple of 2**-9. Either way the kernel agrees with torch bit for bit.
+
+On the H200, at 96,000 x 5,120 fp16 rows into e4m3: 0.63 ms per call with a division per value and the float32
+rounding, where the memory traffic alone takes about 0.35 ms.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ def quantize_rows(x: torch.Tensor, storage_dtype: torch.dtype, qmax: float) -> t
     block_m = max(1, 2048 // block_k)
     _quantize_rows_kernel[(triton.cdiv(m, block_m),)](
         rows, out, scale, m, k, QMAX=qmax, INV_QMAX=1.0 / qmax, MIN_AMAX=MIN_AMAX, ROUNDER=_ROUNDER,
-        INTEGER=storage_dtype == torch.int8,
+        INTEGER=storage_dtype == torch.int8, HARDWARE_E4M3=x.is_cuda,
         BLOCK_M=block_m, BLOCK_K=block_k, NUM_CHUNKS=triton.cdiv(k, block_k), num_warps=4)
     return out, scale
 
@@ -94,8 +98,8 @@ if triton is not None:
     @triton.jit
     def _quantize_rows_kernel(x_ptr, out_ptr, scale_ptr, num_rows, dim, QMAX: tl.constexpr, INV_QMAX: tl.constexpr,
                               MIN_AMAX: tl.constexpr, ROUNDER: tl.constexpr,
-                              INTEGER: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                              NUM_CHUNKS: tl.constexpr):
+                              INTEGER: tl.constexpr, HARDWARE_E4M3: tl.constexpr, BLOCK_M: tl.constexpr,
+                              BLOCK_K: tl.constexpr, NUM_CHUNKS: tl.constexpr):
         rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
         live = rows < num_rows
         cols = tl.arange(0, BLOCK_K)
@@ -109,15 +113,16 @@ if triton is not None:
         # folds (x + R) - R away: Triton sets no reassociation flags; the CUDA test's ties would show it.)
         scale = tl.maximum(amax, MIN_AMAX) * INV_QMAX
         tl.store(scale_ptr + rows, scale, mask=live)
+        inverse = tl.math.div_rn(1.0, scale)  # correctly rounded, as torch's reciprocal (Triton's "/" is not)
         for chunk in tl.static_range(NUM_CHUNKS):
             c = chunk * BLOCK_K + cols
             inside = live[:, None] & (c < dim)[None, :]
             x = tl.load(x_ptr + rows[:, None] * dim + c[None, :], mask=inside, other=0.0).to(tl.float32)
-            scaled = tl.math.div_rn(x, scale[:, None])
+            scaled = x * inverse[:, None]
             scaled = tl.minimum(tl.maximum(scaled, -QMAX), QMAX)
             if INTEGER:
                 scaled = (scaled + ROUNDER) - ROUNDER
-            else:
+            elif not HARDWARE_E4M3:
                 bits = scaled.to(tl.int32, bitcast=True)
                 bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -0x100000  # round to 3 mantissa bits, half to even
                 normal = bits.to(tl.float32, bitcast=True)
