@@ -130,8 +130,8 @@ _INTERPRETED = textwrap.dedent("""
         x = grid[torch.randint(len(grid), shape)]
         x[..., 0] = 448.0
         return x
-    def pool(rows, heads, d, block_size):
-        values, scales = quantize_heads(exact(rows, heads, d) * 0.01)
+    def pool(rows, heads, d, block_size):  # each position's and head's own scale (a power of two apart: exact)
+        values, scales = quantize_heads(exact(rows, heads, d) * 0.01 * 2.0 ** torch.randint(-2, 3, (rows, heads, 1)))
         return values, scales.view(rows // block_size, block_size, heads).transpose(1, 2).contiguous()
     worst = 0.0
     for b, h, kv, d, block_size, nb in [(4, 3, 3, 16, 4, 3), (3, 6, 2, 32, 16, 2), (2, 1, 1, 64, 8, 5)]:
@@ -150,10 +150,13 @@ _INTERPRETED = textwrap.dedent("""
         lengths = torch.tensor([nb * block_size, 1, block_size + block_size // 2, 0][:b])
         q = torch.randn(b, kv, d)
         want = paged_cross_attention_reference(q, k_pool, v_pool, table, lengths, block_size, k_scale, v_scale)
-        for splits in (1, 2, 3):  # the positions in one program per row and head, or split and combined
-            got = paged_cross_attention(q, k_pool, v_pool, table, lengths, block_size, k_scale, v_scale,
-                                        block_n=16, splits=splits)
-            worst = max(worst, (got - want).abs().max().item())
+        # The positions in one program per row and head group, or split and combined; one head per program, or
+        # two adjacent heads read together.
+        for splits, group in ((1, 1), (2, 1), (3, 1), (1, 2), (3, 2)):
+            if kv % group == 0:
+                got = paged_cross_attention(q, k_pool, v_pool, table, lengths, block_size, k_scale, v_scale,
+                                            block_n=16, splits=splits, heads_per_program=group)
+                worst = max(worst, (got - want).abs().max().item())
         # New positions rounded into the pool in one pass: the torch path's bytes and scales.
         new_rows = torch.randperm(rows)[: 2 * block_size]
         fresh = exact(len(new_rows), kv, d) * 0.05
@@ -360,8 +363,10 @@ def test_the_kernels_over_e4m3_pools_equal_their_references_on_cuda(h: int, kv: 
     qc = torch.randn(b, kv, d, device="cuda", dtype=torch.float16)
     want = paged_cross_attention_reference(qc, k_pool, v_pool, table, lengths, block, k_scale, v_scale)
     for splits in (1, 3, 8):
-        got = paged_cross_attention(qc, k_pool, v_pool, table, lengths, block, k_scale, v_scale, splits=splits)
-        assert (got.float() - want.float()).abs().max().item() < 1e-2, splits
+        for group in (None, 1, 2, 4):  # the default, and one, two or four heads a program
+            got = paged_cross_attention(qc, k_pool, v_pool, table, lengths, block, k_scale, v_scale, splits=splits,
+                                        heads_per_program=group)
+            assert (got.float() - want.float()).abs().max().item() < 1e-2, (splits, group)
     # The one-pass store against torch's seven, on values of every magnitude.
     from oasr.kernels.kv_store import store_scaled
 

@@ -29,6 +29,10 @@ _INTERPRETED = textwrap.dedent("""
         if b == 2:  # a prompt's one position for every row, as an expanded view (stride 0)
             positions = torch.tensor([3]).expand(b)
         q, k, v = torch.randn(b, h, d), torch.randn(b, kv, d), torch.randn(b, kv, d)
+        if h == 4:  # views into one joined q/k/v projection's rows, each with that row stride
+            joined = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], dim=1)
+            q, k, v = (part.unflatten(1, (-1, d)) for part in joined.split([h * d, kv * d, kv * d], dim=1))
+            assert not q.is_contiguous() and not k.is_contiguous()
         assert supported(q)
         pools = (k_pool.clone(), v_pool.clone())
         got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)
@@ -98,16 +102,21 @@ _CROSS_INTERPRETED = textwrap.dedent("""
     from oasr.kernels.paged_attention import paged_cross_attention, paged_cross_attention_reference
     torch.manual_seed(0)
     worst = 0.0
-    # Lengths: a whole table, one position, mid-block, none (an idle slot); tiles smaller and larger than blocks.
-    for b, h, d, block_size, nb in [(4, 3, 16, 4, 3), (3, 2, 32, 16, 2), (2, 1, 64, 8, 5)]:
+    # Lengths: a whole table, one position, mid-block, none (an idle slot); tiles smaller and larger than blocks;
+    # each head in a program of its own, and two or four adjacent heads read together, split or not.
+    for b, h, d, block_size, nb in [(4, 3, 16, 4, 3), (3, 2, 32, 16, 2), (2, 1, 64, 8, 5), (4, 4, 16, 8, 3)]:
         k_pool = torch.randn((1 + b * nb) * block_size, h, d)
         v_pool = torch.randn_like(k_pool)
         table = (1 + torch.randperm(b * nb)).view(b, nb)
         lengths = torch.tensor([nb * block_size, 1, block_size + block_size // 2, 0][:b])
         q = torch.randn(b, h, d)
-        got = paged_cross_attention(q, k_pool, v_pool, table, lengths, block_size)
         want = paged_cross_attention_reference(q, k_pool, v_pool, table, lengths, block_size)
-        worst = max(worst, (got - want).abs().max().item())
+        for group in (1, 2, 4):
+            if h % group == 0:
+                for splits in (1, 2):
+                    got = paged_cross_attention(q, k_pool, v_pool, table, lengths, block_size,
+                                                heads_per_program=group, splits=splits)
+                    worst = max(worst, (got - want).abs().max().item())
     print(worst)
 """)
 

@@ -91,38 +91,52 @@ def paged_cross_attention(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, lengths: torch.Tensor,
     block_size: int, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None, *,
     block_n: int | None = None, num_warps: int | None = None, splits: int | None = None,
+    heads_per_program: int | None = None,
 ) -> torch.Tensor:
     """``paged_cross_attention_reference`` in one kernel where ``supported`` (two when the positions are split).
-    ``block_n`` (positions per tile), ``num_warps`` and ``splits`` (programs per row and head, each over a share
-    of the positions, then combined) are the launch settings; ``scripts/bench_paged_attention.py --cross`` times
-    them, and the defaults are what it found fastest on the H200."""
+    ``block_n`` (positions per tile), ``num_warps``, ``splits`` (programs per row and head group, each over a
+    share of the positions, then combined) and ``heads_per_program`` (a power of two dividing H: the heads one
+    program reads side by side, so each position is one contiguous read of that many heads) are the launch
+    settings; ``scripts/bench_paged_attention.py --cross`` times them, and the defaults are what it found fastest
+    on the H200."""
     if not supported(q):
         return paged_cross_attention_reference(q, k_pool, v_pool, block_table, lengths, block_size, k_scale, v_scale)
     b, h, d = q.shape
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, H, D] with contiguous heads")
     scaled = _check_scales(k_pool, k_scale, v_scale, block_size)
+    group = heads_per_program or _heads_per_program(h, d * k_pool.element_size())
+    if group & (group - 1) or h % group:
+        raise ValueError(f"heads_per_program must be a power of two dividing the {h} heads, got {group}")
     q, lengths = q.contiguous(), lengths.contiguous()
     if block_table.stride(1) != 1:
         block_table = block_table.contiguous()
     block_n = block_n or max(16, min(64, block_size))
     num_warps = num_warps or (1 if scaled else 2)
     if splits is None:  # e4m3: about 8,192 programs (H200: 64 large-v3 rows 109 -> 101 us, 64 tiny rows 88 -> 45)
-        splits = min(8, triton.next_power_of_2(-(-8192 // max(1, b * h)))) if scaled else 1
+        splits = min(8, triton.next_power_of_2(-(-8192 // max(1, b * h // group)))) if scaled else 1
     span = block_table.shape[1] * block_size
     split = -(-span // splits // block_n) * block_n  # positions per split, whole tiles
     splits = -(-span // split)  # a power of two or fewer: few kernel variants, whatever the batch
     out = torch.empty_like(q)
     part = torch.empty((b, h, splits, d + 2), dtype=torch.float32, device=q.device) if splits > 1 else out
-    _paged_cross_attention_kernel[(b, h, splits)](
+    _paged_cross_attention_kernel[(b, h // group, splits)](
         q, k_pool, v_pool, k_scale if scaled else k_pool, v_scale if scaled else v_pool, block_table, lengths, out,
         part, block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5, split, NUM_HEADS=h, HEAD_DIM=d,
-        BLOCK_SIZE=block_size, BLOCK_N=block_n, SCALED=scaled, NUM_SPLITS=splits, num_warps=num_warps,
+        HEADS=group, BLOCK_SIZE=block_size, BLOCK_N=block_n, SCALED=scaled, NUM_SPLITS=splits, num_warps=num_warps,
     )
     if splits > 1:
         _combine_splits_kernel[(b, h)](part, out, NUM_HEADS=h, HEAD_DIM=d, NUM_SPLITS=splits,
                                        SPLITS_P2=triton.next_power_of_2(splits), num_warps=1)
     return out
+
+
+def _heads_per_program(num_heads: int, head_bytes: int) -> int:
+    """The fewest heads (a power of two dividing ``num_heads``) that make a position's read at least 128 bytes."""
+    group = 1
+    while group * head_bytes < 128 and num_heads % (2 * group) == 0:
+        group *= 2
+    return group
 
 
 def supported(q: torch.Tensor) -> bool:
@@ -147,20 +161,22 @@ def paged_decode_attention(
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, Hkv, D] with contiguous heads")
     scaled = _check_scales(k_pool, k_scale, v_scale, block_size)
-    # The kernel indexes rows, positions and table entries densely: strided views (a prompt's expanded positions,
-    # a table slice of the pool's) become dense first.
-    q, k, v, positions = (t.contiguous() for t in (q, k, v, positions))
+    # q, k and v may be views with a row stride of their own (slices of one joined projection) as long as each
+    # row's heads are contiguous; positions and table entries are indexed densely: strided views (a prompt's
+    # expanded positions, a table slice of the pool's) become dense first.
+    q, k, v = (t if t.stride(2) == 1 and t.stride(1) == d else t.contiguous() for t in (q, k, v))
+    positions = positions.contiguous()
     if block_table.stride(1) != 1:
         block_table = block_table.contiguous()
-    out = torch.empty_like(q)
+    out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
     # Heads vary fastest in the launch order: the query heads that share a key/value head run side by side, so
     # the later ones of a group can find its keys and values in L2 (on the H200, Qwen3-ASR's 16 over 8 heads:
     # 347 ms -> 240 ms over 1,848 calls; L2 hits themselves were not measured).
     _paged_decode_attention_kernel[(h, b)](
         q, k, v, k_pool, v_pool, k_scale if scaled else k_pool, v_scale if scaled else v_pool, block_table,
-        positions, out, block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
-        NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, 4096 // d)),
-        SCALED=scaled,
+        positions, out, q.stride(0), k.stride(0), v.stride(0), block_table.stride(0), block_table.shape[1],
+        k_pool.stride(0), d**-0.5, NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size,
+        BLOCK_N=max(16, min(64, 4096 // d)), SCALED=scaled,
         num_warps=1,  # one warp per (row, head), 4096 key values a tile: measured fastest on the H200 at D 64 and 128
     )
     return out
@@ -226,7 +242,7 @@ if triton is not None:
     @triton.jit
     def _paged_decode_attention_kernel(
         q_ptr, k_ptr, v_ptr, k_pool, v_pool, k_scale, v_scale, table_ptr, positions_ptr, out_ptr,
-        table_stride, num_blocks, pool_stride, scale,
+        q_stride, k_stride, v_stride, table_stride, num_blocks, pool_stride, scale,
         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr, SCALED: tl.constexpr,
     ):
@@ -236,10 +252,9 @@ if triton is not None:
         kv_head = head // group
         d = tl.arange(0, HEAD_DIM)
         at = (row * NUM_HEADS + head) * HEAD_DIM + d
-        kv_at = (row * NUM_KV_HEADS + kv_head) * HEAD_DIM + d
-        q = tl.load(q_ptr + at).to(tl.float32) * scale
-        k_new = tl.load(k_ptr + kv_at)
-        v_new = tl.load(v_ptr + kv_at)
+        q = tl.load(q_ptr + row * q_stride + head * HEAD_DIM + d).to(tl.float32) * scale
+        k_new = tl.load(k_ptr + row * k_stride + kv_head * HEAD_DIM + d)
+        v_new = tl.load(v_ptr + row * v_stride + kv_head * HEAD_DIM + d)
         position = tl.load(positions_ptr + row)
         table = table_ptr + row * table_stride
         # Store the new token where the table puts it (idle rows past their table write its last block), once
@@ -272,36 +287,70 @@ if triton is not None:
         tl.store(out_ptr + at, (acc / total).to(out_ptr.dtype.element_ty))
 
     @triton.jit
+    def _attend_head_group(q, k_pool, v_pool, k_scale, v_scale, table, first, num_positions, head0, pool_stride,
+                           best, total, acc, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
+                           NUM_HEADS: tl.constexpr, HEADS: tl.constexpr, SCALED: tl.constexpr):
+        """``_attend_blocks`` for HEADS adjacent heads from ``head0`` at once: each position's keys (and values)
+        of the group are one contiguous read. q, acc: [HEADS, HEAD_DIM]; best, total: [HEADS]."""
+        g = tl.arange(0, HEADS)
+        within = (head0 + g)[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]  # [HEADS, HEAD_DIM]
+        for start in range(first, num_positions, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)
+            live = n < num_positions
+            block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
+            slot = n % BLOCK_SIZE
+            at = ((block * BLOCK_SIZE + slot) * pool_stride)[:, None, None] + within[None, :, :]
+            keys = tl.load(k_pool + at, mask=live[:, None, None], other=0.0)
+            values = tl.load(v_pool + at, mask=live[:, None, None], other=0.0)  # both reads in flight at once
+            scores = tl.sum(keys.to(tl.float32) * q[None, :, :], axis=2)  # [BLOCK_N, HEADS]
+            if SCALED:
+                scale_at = (block[:, None] * NUM_HEADS + head0 + g[None, :]) * BLOCK_SIZE + slot[:, None]
+                scores = scores * tl.load(k_scale + scale_at, mask=live[:, None], other=0.0)
+            scores = tl.where(live[:, None], scores, float("-inf"))
+            new_best = tl.maximum(best, tl.max(scores, axis=0))
+            weights = tl.exp(scores - new_best[None, :])
+            rescale = tl.exp(best - new_best)
+            weighted = weights
+            if SCALED:
+                weighted = weights * tl.load(v_scale + scale_at, mask=live[:, None], other=0.0)
+            acc = acc * rescale[:, None] + tl.sum(weighted[:, :, None] * values.to(tl.float32), axis=0)
+            total = total * rescale + tl.sum(weights, axis=0)
+            best = new_best
+        return best, total, acc
+
+    @triton.jit
     def _paged_cross_attention_kernel(
         q_ptr, k_pool, v_pool, k_scale, v_scale, table_ptr, lengths_ptr, out_ptr, part_ptr, table_stride,
         num_blocks, pool_stride, scale, split_size, NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr, NUM_SPLITS: tl.constexpr,
+        HEADS: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, SCALED: tl.constexpr,
+        NUM_SPLITS: tl.constexpr,
     ):
-        """Program (row, head, split): positions [split * split_size, (split + 1) * split_size) of the row. One
-        split writes the output; several write their (maximum, total, weighted values) to ``part_ptr`` for
-        ``_combine_splits_kernel``."""
+        """Program (row, head group, split): heads [group * HEADS, (group + 1) * HEADS) over positions
+        [split * split_size, (split + 1) * split_size) of the row. One split writes the output; several write
+        their (maximum, total, weighted values) per head to ``part_ptr`` for ``_combine_splits_kernel``."""
         row = tl.program_id(0).to(tl.int64)
-        head = tl.program_id(1)
+        head0 = tl.program_id(1) * HEADS
         split = tl.program_id(2)
+        g = tl.arange(0, HEADS)
         d = tl.arange(0, HEAD_DIM)
-        at = (row * NUM_HEADS + head) * HEAD_DIM + d
+        at = ((row * NUM_HEADS + head0 + g) * HEAD_DIM)[:, None] + d[None, :]  # [HEADS, HEAD_DIM]
         q = tl.load(q_ptr + at).to(tl.float32) * scale
         table = table_ptr + row * table_stride
         length = tl.minimum(tl.load(lengths_ptr + row), num_blocks * BLOCK_SIZE)
         # A finite start: a row of length 0 (an idle slot) ends with zero weight and writes zeros.
-        best = tl.full((), -1.0e30, tl.float32)
-        total = tl.full((), 0.0, tl.float32)
-        acc = tl.zeros((HEAD_DIM,), tl.float32)
+        best = tl.full((HEADS,), -1.0e30, tl.float32)
+        total = tl.zeros((HEADS,), tl.float32)
+        acc = tl.zeros((HEADS, HEAD_DIM), tl.float32)
         first = split * split_size
         last = tl.minimum(length, first + split_size)
-        best, total, acc = _attend_blocks(q, k_pool, v_pool, k_scale, v_scale, table, first, last, head,
-                                          pool_stride, best, total, acc, HEAD_DIM, BLOCK_SIZE, BLOCK_N, NUM_HEADS,
-                                          SCALED)
+        best, total, acc = _attend_head_group(q, k_pool, v_pool, k_scale, v_scale, table, first, last, head0,
+                                              pool_stride, best, total, acc, HEAD_DIM, BLOCK_SIZE, BLOCK_N,
+                                              NUM_HEADS, HEADS, SCALED)
         if NUM_SPLITS == 1:
-            tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)).to(out_ptr.dtype.element_ty))
+            tl.store(out_ptr + at, (acc / tl.maximum(total, 1.0e-30)[:, None]).to(out_ptr.dtype.element_ty))
         else:
-            part = ((row * NUM_HEADS + head) * NUM_SPLITS + split) * (HEAD_DIM + 2)
-            tl.store(part_ptr + part + d, acc)
+            part = (((row * NUM_HEADS + head0 + g) * NUM_SPLITS + split) * (HEAD_DIM + 2))
+            tl.store(part_ptr + part[:, None] + d[None, :], acc)
             tl.store(part_ptr + part + HEAD_DIM, best)
             tl.store(part_ptr + part + HEAD_DIM + 1, total)
 
