@@ -37,8 +37,8 @@ def time_shape(b: int, h: int, kv: int, d: int, pos: int, block_size: int = 16) 
         for warps in (1, 2, 4, 8):
             def launch() -> None:
                 paged_attention._paged_decode_attention_kernel[(h, b)](
-                    q, k, v, k_pool, v_pool, k_pool, v_pool, table, positions, out, q.stride(0), k.stride(0),
-                    v.stride(0), table.stride(0), table.shape[1], k_pool.stride(0), d**-0.5, NUM_HEADS=h, NUM_KV_HEADS=kv, HEAD_DIM=d, BLOCK_SIZE=block_size,
+                    q, k, v, k_pool, v_pool, k_pool, v_pool, table, positions, out, table.stride(0), table.shape[1],
+                    k_pool.stride(0), d**-0.5, NUM_HEADS=h, NUM_KV_HEADS=kv, HEAD_DIM=d, BLOCK_SIZE=block_size,
                     BLOCK_N=block_n, SCALED=False, num_warps=warps)
             us = 1000 * triton.testing.do_bench(launch, warmup=20, rep=100)
             print(f"b={b} h={h} kv={kv} d={d} pos~{pos} BLOCK_N={block_n} warps={warps}: {us:.1f} us", flush=True)

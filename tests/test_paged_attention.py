@@ -29,10 +29,6 @@ _INTERPRETED = textwrap.dedent("""
         if b == 2:  # a prompt's one position for every row, as an expanded view (stride 0)
             positions = torch.tensor([3]).expand(b)
         q, k, v = torch.randn(b, h, d), torch.randn(b, kv, d), torch.randn(b, kv, d)
-        if h == 4:  # views into one joined q/k/v projection's rows, each with that row stride
-            joined = torch.cat([q.flatten(1), k.flatten(1), v.flatten(1)], dim=1)
-            q, k, v = (part.unflatten(1, (-1, d)) for part in joined.split([h * d, kv * d, kv * d], dim=1))
-            assert not q.is_contiguous() and not k.is_contiguous()
         assert supported(q)
         pools = (k_pool.clone(), v_pool.clone())
         got = paged_decode_attention(q, k, v, *pools, table, positions, block_size)

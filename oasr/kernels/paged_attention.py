@@ -105,6 +105,7 @@ def paged_cross_attention(
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, H, D] with contiguous heads")
     scaled = _check_scales(k_pool, k_scale, v_scale, block_size)
+    # Two heads of e4m3 (128-byte reads) were fastest on the H200 for large-v3 and tiny alike; four were slower.
     group = heads_per_program or _heads_per_program(h, d * k_pool.element_size())
     if group & (group - 1) or h % group:
         raise ValueError(f"heads_per_program must be a power of two dividing the {h} heads, got {group}")
@@ -113,7 +114,9 @@ def paged_cross_attention(
         block_table = block_table.contiguous()
     block_n = block_n or max(16, min(64, block_size))
     num_warps = num_warps or (1 if scaled else 2)
-    if splits is None:  # e4m3: about 8,192 programs (H200: 64 large-v3 rows 109 -> 101 us, 64 tiny rows 88 -> 45)
+    # e4m3: about 8,192 programs of head groups (H200, two heads a program: 64 large-v3 rows 96 us at 8 splits,
+    # 256 rows 312 us at 4, 64 tiny rows 38 us at 8).
+    if splits is None:
         splits = min(8, triton.next_power_of_2(-(-8192 // max(1, b * h // group)))) if scaled else 1
     span = block_table.shape[1] * block_size
     split = -(-span // splits // block_n) * block_n  # positions per split, whole tiles
@@ -161,22 +164,20 @@ def paged_decode_attention(
     if k_pool.stride(-1) != 1 or k_pool.stride(1) != d or v_pool.stride() != k_pool.stride():
         raise ValueError("the pool's layer must be [rows, Hkv, D] with contiguous heads")
     scaled = _check_scales(k_pool, k_scale, v_scale, block_size)
-    # q, k and v may be views with a row stride of their own (slices of one joined projection) as long as each
-    # row's heads are contiguous; positions and table entries are indexed densely: strided views (a prompt's
-    # expanded positions, a table slice of the pool's) become dense first.
-    q, k, v = (t if t.stride(2) == 1 and t.stride(1) == d else t.contiguous() for t in (q, k, v))
-    positions = positions.contiguous()
+    # The kernel indexes rows, positions and table entries densely: strided views (a prompt's expanded positions,
+    # a table slice of the pool's) become dense first.
+    q, k, v, positions = (t.contiguous() for t in (q, k, v, positions))
     if block_table.stride(1) != 1:
         block_table = block_table.contiguous()
-    out = torch.empty((b, h, d), dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q)
     # Heads vary fastest in the launch order: the query heads that share a key/value head run side by side, so
     # the later ones of a group can find its keys and values in L2 (on the H200, Qwen3-ASR's 16 over 8 heads:
     # 347 ms -> 240 ms over 1,848 calls; L2 hits themselves were not measured).
     _paged_decode_attention_kernel[(h, b)](
         q, k, v, k_pool, v_pool, k_scale if scaled else k_pool, v_scale if scaled else v_pool, block_table,
-        positions, out, q.stride(0), k.stride(0), v.stride(0), block_table.stride(0), block_table.shape[1],
-        k_pool.stride(0), d**-0.5, NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size,
-        BLOCK_N=max(16, min(64, 4096 // d)), SCALED=scaled,
+        positions, out, block_table.stride(0), block_table.shape[1], k_pool.stride(0), d**-0.5,
+        NUM_HEADS=h, NUM_KV_HEADS=kv_heads, HEAD_DIM=d, BLOCK_SIZE=block_size, BLOCK_N=max(16, min(64, 4096 // d)),
+        SCALED=scaled,
         num_warps=1,  # one warp per (row, head), 4096 key values a tile: measured fastest on the H200 at D 64 and 128
     )
     return out
@@ -242,7 +243,7 @@ if triton is not None:
     @triton.jit
     def _paged_decode_attention_kernel(
         q_ptr, k_ptr, v_ptr, k_pool, v_pool, k_scale, v_scale, table_ptr, positions_ptr, out_ptr,
-        q_stride, k_stride, v_stride, table_stride, num_blocks, pool_stride, scale,
+        table_stride, num_blocks, pool_stride, scale,
         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
         BLOCK_N: tl.constexpr, SCALED: tl.constexpr,
     ):
@@ -252,9 +253,10 @@ if triton is not None:
         kv_head = head // group
         d = tl.arange(0, HEAD_DIM)
         at = (row * NUM_HEADS + head) * HEAD_DIM + d
-        q = tl.load(q_ptr + row * q_stride + head * HEAD_DIM + d).to(tl.float32) * scale
-        k_new = tl.load(k_ptr + row * k_stride + kv_head * HEAD_DIM + d)
-        v_new = tl.load(v_ptr + row * v_stride + kv_head * HEAD_DIM + d)
+        kv_at = (row * NUM_KV_HEADS + kv_head) * HEAD_DIM + d
+        q = tl.load(q_ptr + at).to(tl.float32) * scale
+        k_new = tl.load(k_ptr + kv_at)
+        v_new = tl.load(v_ptr + kv_at)
         position = tl.load(positions_ptr + row)
         table = table_ptr + row * table_stride
         # Store the new token where the table puts it (idle rows past their table write its last block), once
@@ -300,9 +302,8 @@ if triton is not None:
             block = tl.load(table + n // BLOCK_SIZE, mask=live, other=0).to(tl.int64)
             slot = n % BLOCK_SIZE
             at = ((block * BLOCK_SIZE + slot) * pool_stride)[:, None, None] + within[None, :, :]
-            keys = tl.load(k_pool + at, mask=live[:, None, None], other=0.0)
-            values = tl.load(v_pool + at, mask=live[:, None, None], other=0.0)  # both reads in flight at once
-            scores = tl.sum(keys.to(tl.float32) * q[None, :, :], axis=2)  # [BLOCK_N, HEADS]
+            keys = tl.load(k_pool + at, mask=live[:, None, None], other=0.0).to(tl.float32)
+            scores = tl.sum(keys * q[None, :, :], axis=2)  # [BLOCK_N, HEADS]
             if SCALED:
                 scale_at = (block[:, None] * NUM_HEADS + head0 + g[None, :]) * BLOCK_SIZE + slot[:, None]
                 scores = scores * tl.load(k_scale + scale_at, mask=live[:, None], other=0.0)
@@ -310,10 +311,11 @@ if triton is not None:
             new_best = tl.maximum(best, tl.max(scores, axis=0))
             weights = tl.exp(scores - new_best[None, :])
             rescale = tl.exp(best - new_best)
+            values = tl.load(v_pool + at, mask=live[:, None, None], other=0.0).to(tl.float32)
             weighted = weights
             if SCALED:
                 weighted = weights * tl.load(v_scale + scale_at, mask=live[:, None], other=0.0)
-            acc = acc * rescale[:, None] + tl.sum(weighted[:, :, None] * values.to(tl.float32), axis=0)
+            acc = acc * rescale[:, None] + tl.sum(weighted[:, :, None] * values, axis=0)
             total = total * rescale + tl.sum(weights, axis=0)
             best = new_best
         return best, total, acc

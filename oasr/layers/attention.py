@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from oasr.layers.basic import Linear, derived
+from oasr.layers.basic import Linear
 from oasr.layers.shared_input import SharedInput
 
 if TYPE_CHECKING:
@@ -66,20 +66,6 @@ class MultiHeadAttention(nn.Module):
         """x: [B, T, E] -> (q, k, v), each [B, H, T, D]; quantized projections share one quantization of x."""
         shared = SharedInput(x)
         return (self.split_heads(shared(self.q_proj)), *self.project_kv(shared))
-
-    def project_qkv_joined(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``project_qkv`` as one GEMM over the three weights side by side, where all three are float: for a
-        decode step's few rows, one launch that fills the device instead of three that do not. q, k and v are
-        views of its [B, T, 3E] output (heads contiguous). The joined weight is a copy made once, outside the
-        state dict (for large-v3's decoder, 315 MB in fp16). Quantized projections, and a compiled graph, take
-        ``project_qkv``."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-        if torch.compiler.is_compiling() or any(p.quant_gemm is not None for p in projections):
-            return self.project_qkv(x)
-        weights, biases = tuple(p.weight for p in projections), tuple(p.bias for p in projections)
-        weight, bias = derived(self, "_joined_qkv", weights + biases, lambda: _joined(projections))
-        e = self.q_proj.out_features
-        return tuple(self.split_heads(part) for part in F.linear(x, weight, bias).split(e, dim=-1))
 
     def project_kv_into(self, x: torch.Tensor | SharedInput, k_out: KVOut, v_out: KVOut) -> None:
         """Like ``project_kv``, written straight into ``k_out`` and ``v_out`` (contiguous [B, T, E], x's dtype):
@@ -133,7 +119,7 @@ class CachedSelfAttention(MultiHeadAttention):
 
     def forward_cached(self, x: torch.Tensor, cache: SelfAttentionCache, layer: int) -> torch.Tensor:
         """x: [B, T, E] new tokens; ``layer``: which of the cache's layers -> [B, T, E]."""
-        return self.project_out(cache.attend(layer, *self.project_qkv_joined(x), use_kernel=self.use_kernel))
+        return self.project_out(cache.attend(layer, *self.project_qkv(x), use_kernel=self.use_kernel))
 
 
 class CrossAttention(MultiHeadAttention):
@@ -147,16 +133,6 @@ class CrossAttention(MultiHeadAttention):
     def forward_cross(self, x: torch.Tensor, cross: CrossAttentionCache, layer: int) -> torch.Tensor:
         """x: [B, T, E] decoder states; ``layer``: which of the cache's layers -> [B, T, E]."""
         return self.project_out(cross.attend(layer, self.project_q(x), use_kernel=self.use_kernel))
-
-
-def _joined(projections: tuple[Linear, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The weights of float ``projections`` stacked [sum N, K], and their biases (zeros for one without; None when
-    none has one)."""
-    weight = torch.cat([p.weight.detach() for p in projections])
-    if all(p.bias is None for p in projections):
-        return weight, None
-    return weight, torch.cat([torch.zeros(p.out_features, dtype=weight.dtype, device=weight.device)
-                              if p.bias is None else p.bias.detach() for p in projections])
 
 
 def cross_kv(attentions: Sequence[CrossAttention], hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
