@@ -51,3 +51,48 @@ def word_error_rate(references: Sequence[str], hypotheses: Sequence[str], langua
         deletions=out.deletions,
         insertions=out.insertions,
     )
+
+
+@dataclass(frozen=True)
+class WERDifference:
+    """Corpus WER of ``other`` minus that of ``base`` over the same utterances, with a paired bootstrap interval."""
+
+    difference: float
+    low: float  # the interval's ends: the resampled differences' (1 - confidence) / 2 quantile and its mirror
+    high: float
+    confidence: float
+    resamples: int
+
+
+def paired_wer_difference(references: Sequence[str], base: Sequence[str], other: Sequence[str],
+                          language: str | None = "en", *, resamples: int = 2000, confidence: float = 0.95,
+                          seed: int = 0) -> WERDifference:
+    """How far apart two systems' corpus WERs are on these utterances, and how much of that the choice of
+    utterances could explain: both systems' errors are counted per utterance (normalized as
+    ``word_error_rate`` does), then utterances are drawn with replacement ``resamples`` times and the corpus WER
+    difference of each draw computed. A difference whose interval straddles a bound cannot be said to be within
+    or beyond it on this set."""
+    import jiwer
+    import numpy as np
+
+    if not len(references) == len(base) == len(other):
+        raise ValueError(f"{len(references)} references, {len(base)} and {len(other)} hypotheses")
+    if resamples < 1 or not 0 < confidence < 1:
+        raise ValueError(f"resamples must be at least 1 and confidence in (0, 1), got {resamples}, {confidence}")
+    norm = normalizer(language)
+    rows = [(norm(r), norm(a), norm(b)) for r, a, b in zip(references, base, other, strict=True)]
+    rows = [row for row in rows if row[0].strip()]
+    if not rows:
+        raise ValueError("no reference has any words after normalization")
+
+    def errors(reference: str, hypothesis: str) -> int:
+        out = jiwer.process_words(reference, hypothesis)
+        return out.substitutions + out.deletions + out.insertions
+
+    words = np.array([len(r.split()) for r, _, _ in rows], dtype=np.float64)
+    gap = np.array([errors(r, b) - errors(r, a) for r, a, b in rows], dtype=np.float64)
+    draws = np.random.default_rng(seed).integers(0, len(rows), size=(resamples, len(rows)))
+    resampled = gap[draws].sum(axis=1) / words[draws].sum(axis=1)
+    tail = (1 - confidence) / 2
+    return WERDifference(float(gap.sum() / words.sum()), float(np.quantile(resampled, tail)),
+                         float(np.quantile(resampled, 1 - tail)), confidence, resamples)
