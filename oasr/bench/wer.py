@@ -30,17 +30,24 @@ def normalizer(language: str | None):
     return EnglishTextNormalizer() if language in (None, "en") else BasicTextNormalizer()
 
 
+def _normalized(language: str | None, references: Sequence[str], *hypotheses: Sequence[str]) -> list[tuple[str, ...]]:
+    """(reference, hypotheses...) per utterance, normalized; utterances whose reference normalizes to nothing are
+    left out."""
+    norm = normalizer(language)
+    rows = [tuple(norm(t) for t in row) for row in zip(references, *hypotheses, strict=True)]
+    rows = [row for row in rows if row[0].strip()]
+    if not rows:
+        raise ValueError("no reference has any words after normalization")
+    return rows
+
+
 def word_error_rate(references: Sequence[str], hypotheses: Sequence[str], language: str | None = "en") -> WERReport:
     """Corpus WER over normalized texts; utterances whose reference normalizes to nothing are skipped."""
     import jiwer
 
     if len(references) != len(hypotheses):
         raise ValueError(f"{len(references)} references but {len(hypotheses)} hypotheses")
-    norm = normalizer(language)
-    pairs = [(norm(r), norm(h)) for r, h in zip(references, hypotheses, strict=True)]
-    pairs = [(r, h) for r, h in pairs if r.strip()]
-    if not pairs:
-        raise ValueError("no reference has any words after normalization")
+    pairs = _normalized(language, references, hypotheses)
     out = jiwer.process_words([r for r, _ in pairs], [h for _, h in pairs])
     num_words = out.hits + out.substitutions + out.deletions
     return WERReport(
@@ -79,11 +86,7 @@ def paired_wer_difference(references: Sequence[str], base: Sequence[str], other:
         raise ValueError(f"{len(references)} references, {len(base)} and {len(other)} hypotheses")
     if resamples < 1 or not 0 < confidence < 1:
         raise ValueError(f"resamples must be at least 1 and confidence in (0, 1), got {resamples}, {confidence}")
-    norm = normalizer(language)
-    rows = [(norm(r), norm(a), norm(b)) for r, a, b in zip(references, base, other, strict=True)]
-    rows = [row for row in rows if row[0].strip()]
-    if not rows:
-        raise ValueError("no reference has any words after normalization")
+    rows = _normalized(language, references, base, other)
 
     def errors(reference: str, hypothesis: str) -> int:
         out = jiwer.process_words(reference, hypothesis)

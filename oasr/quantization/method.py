@@ -52,8 +52,8 @@ class QuantMethod(ABC):
         """x [M, K] -> (quantized [M, K], float32 scale [M, 1]): one scale per row, computed now (dynamic)."""
         xf = x.float()
         scale = self._scale(xf, 1)
-        # Times the scale's (correctly rounded) reciprocal, as the device kernel does: a division per value costs
-        # the kernel more than its memory traffic.
+        # Times the scale's (correctly rounded) reciprocal, as the device kernel does (one division per row there,
+        # not one per value), so that both give the same bits.
         return self._cast(xf * scale.reciprocal()), scale
 
     def quantize_activation_fused(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
