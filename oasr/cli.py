@@ -18,7 +18,7 @@ from oasr.transcribe_command import StdoutError, output_names, write_output  # n
 from oasr.vad import VAD_DETECTORS
 
 if TYPE_CHECKING:
-    from oasr.scale.ray_replicas import ReplicaOptions
+    from oasr.hosting.ray_replicas import ReplicaOptions
 
 def _add_quantization(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default=None, choices=QUANT_METHODS.names(),
@@ -285,7 +285,7 @@ def _replica_options(args: argparse.Namespace) -> ReplicaOptions | None:
         raise ValueError("--device cuda with --ray-replicas needs --gpus-per-replica (Ray hides GPUs from actors "
                          "that reserve none)")
     from oasr.scale.cluster import ray_available
-    from oasr.scale.ray_replicas import RAY_MISSING, ReplicaOptions
+    from oasr.hosting.ray_replicas import RAY_MISSING, ReplicaOptions
 
     if not ray_available():
         raise ValueError(RAY_MISSING)

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from oasr.engine.config import CacheConfig, EngineConfig
 from oasr.serving.app import start_engine
-from oasr.serving.engine_client import EngineClient
+from oasr.hosting.engine_client import EngineClient
 from oasr.types import DecodeOptions
 
 SMALL_ENGINE = EngineConfig(cache=CacheConfig(memory_budget_bytes=256 << 20))
@@ -101,6 +101,14 @@ class _WrappedEngine:
     @property
     def alive(self) -> bool:
         return self._engine.alive
+
+    @property
+    def state(self) -> str:
+        return self._engine.state
+
+    @property
+    def num_restarts(self) -> int:
+        return self._engine.num_restarts
 
     @property
     def supports_word_timestamps(self) -> bool:

@@ -8,8 +8,8 @@ import sys
 
 
 def test_the_api_side_of_a_process_mode_server_imports_no_torch():
-    code = ("import sys, oasr.serving.app, oasr.serving.workers, oasr.engine.core_client, oasr.transcription.spans, "
-            "oasr.scale.ray_replicas; "
+    code = ("import sys, oasr.serving.app, oasr.serving.workers, oasr.hosting.mp, oasr.transcription.spans, "
+            "oasr.hosting.ray_replicas; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))[:3])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", f"torch modules imported: {out.stdout.strip()}"

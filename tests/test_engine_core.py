@@ -12,9 +12,9 @@ import torch
 import oasr
 from oasr.audio import load_audio
 from oasr.engine.batch_stats import BatchSizeCounter
-from oasr.engine.core_client import _Stream
-from oasr.engine.core_process import EngineCore
-from oasr.engine.core_protocol import (
+from oasr.hosting.client import _Request
+from oasr.hosting.core import EngineCore
+from oasr.hosting.protocol import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     UNSUPPORTED_OPTION,
@@ -29,7 +29,7 @@ from oasr.engine.core_protocol import (
     dumps,
     loads,
 )
-from oasr.engine.engine import ASREngine
+from oasr.engine.combined import Engine
 from oasr.engine.request import FinishReason
 from oasr.transcription.results import decoded_window
 from oasr.transcription.words import alignment_rows
@@ -45,7 +45,7 @@ def core(tiny_en) -> EngineCore:
     # One torch thread, as the server's test cores run: two threads on a shared 2-core machine wait on each other.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield EngineCore(ASREngine(tiny_en, SMALL_ENGINE))
+    yield EngineCore(Engine(tiny_en, SMALL_ENGINE))
     torch.set_num_threads(threads)
 
 
@@ -91,7 +91,7 @@ def test_streamed_request_gets_every_new_token_and_the_other_only_its_result(cor
 
 
 def test_client_stream_rebuilds_the_token_list_from_deltas():
-    stream = _Stream(loop=None, queue=None)  # type: ignore[arg-type]
+    stream = _Request(loop=None, queue=None)  # type: ignore[arg-type]
     outputs = [stream.apply(TokenDelta("r", (1, 2), "en", False, None, None)),
                stream.apply(TokenDelta("r", (3,), "en", False, None, None)),
                stream.apply(TokenDelta("r", (1, 2, 3, 4), "en", True, FinishReason.LENGTH, None))]
@@ -178,7 +178,7 @@ def test_two_clients_hear_only_their_own_requests_and_either_can_abort(core, jfk
 def test_word_alignment_answers_its_client_with_offline_words_and_a_bad_one_fails_alone(core, tiny_en, jfk):
     expected = oasr.transcribe(JFK, model=tiny_en, word_timestamps=True)[0]
     window = decoded_window(tiny_en.tokenizer, 0, len(jfk), expected.duration_s, expected.token_ids, "en")
-    rows = tuple(alignment_rows([window], [jfk], "transcribe", core.engine.runner.window_samples))
+    rows = tuple(alignment_rows([window], [jfk], "transcribe", core.engine.window_samples))
     core.handle(AlignWords(5, rows, (len(jfk),)), jfk, client=1)
     # Spans that do not add up to the row's text: the alignment raises, the core answers and goes on.
     bad = AlignmentRow(rows[0].token_ids, rows[0].num_frames, spans=(TextSpan(0.0, 1.0, 1),))

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import oasr
-from oasr.engine.core_process import EngineCore
-from oasr.engine.core_protocol import (
+from oasr.hosting.core import EngineCore
+from oasr.hosting.protocol import (
     INVALID_REQUEST,
     STREAM_CAPACITY,
     AbortStreams,
@@ -26,8 +26,8 @@ from oasr.engine.core_protocol import (
     loads,
 )
 from oasr.engine.engine import ASREngine
-from oasr.engine.live_stream import LiveStream, stream_error
-from oasr.streaming.engine import StreamingEngine
+from oasr.hosting.live_stream import LiveStream, stream_error
+from oasr.engine.combined import Engine
 from oasr.streaming.types import StreamCapacityError, StreamEvent, StreamingConfig, StreamOptions
 from oasr.types import DecodeOptions
 from nemotron_reference import build_reference, clips, feature_extractor, reference_features, reference_streamed, save
@@ -48,7 +48,7 @@ def nemotron(tmp_path_factory):
 
 
 def make_core(loaded, max_streams: int = 4) -> EngineCore:
-    return EngineCore(StreamingEngine(loaded, StreamingConfig(max_streams=max_streams), SMALL_ENGINE))
+    return EngineCore(Engine(loaded, SMALL_ENGINE, StreamingConfig(max_streams=max_streams)))
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +105,7 @@ def test_a_stream_through_the_core_gets_transformers_streamed_tokens_one_update_
         other = 1 - client
         assert not events_of(steps, other, stream_id)  # only the owner hears its stream
     assert sum(1 for s in steps if s) > 2  # the events came over several steps, not in one update at the end
-    assert core.streaming.num_streams == 0 and core.streams.owners == {}
+    assert core.engine.streams.num_streams == 0 and core.streams.owners == {}
 
 
 def test_a_stream_fed_while_the_core_steps_equals_one_fed_at_once(nemotron):
@@ -168,7 +168,7 @@ def test_a_client_that_goes_away_has_its_streams_aborted(nemotron):
     core.drop_client(1)
     update = core.step_all(2)
     assert update[0].stats.num_streams == 1 and core.streams.owners == {"mine": 0}
-    assert core.streaming.scheduler.num_free_slots == 1
+    assert core.engine.streams.scheduler.num_free_slots == 1
 
 
 def test_bad_audio_ends_the_stream_with_a_failure_and_a_model_that_cannot_stream_refuses(nemotron, tiny_en):
@@ -178,8 +178,8 @@ def test_bad_audio_ends_the_stream_with_a_failure_and_a_model_that_cannot_stream
     core.handle(PushAudio("s"), np.array([0.0, np.nan], dtype=np.float32))
     failures = core.step().stream_failures
     assert [(f.stream_id, f.kind) for f in failures] == [("s", INVALID_REQUEST)] and "NaN" in failures[0].message
-    assert core.streaming.num_streams == 0
-    offline = EngineCore(ASREngine(tiny_en, SMALL_ENGINE))
+    assert core.engine.streams.num_streams == 0
+    offline = EngineCore(Engine(tiny_en, SMALL_ENGINE))
     offline.handle(OpenStream("s", StreamOptions()), None)
     failures = offline.step().stream_failures
     assert [(f.stream_id, f.kind) for f in failures] == [("s", INVALID_REQUEST)]

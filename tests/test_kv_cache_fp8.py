@@ -311,12 +311,12 @@ def test_a_frame_sync_model_refuses_an_fp8_cache(tmp_path) -> None:
 
 def test_a_streaming_engine_refuses_an_fp8_cache_when_built(tmp_path) -> None:
     from nemotron_reference import build_reference, save
-    from oasr.streaming.engine import StreamingEngine
+    from oasr.engine.combined import Engine
 
     loaded = from_pretrained(save(build_reference(), tmp_path), device="cpu", dtype="float32")
     with pytest.raises(UnsupportedOptionError, match="kv_cache_dtype 'fp8' does not apply"):
-        StreamingEngine(loaded, engine_config=EngineConfig(cache=CacheConfig(kv_cache_dtype="fp8")))
-    StreamingEngine(loaded, engine_config=EngineConfig())  # the default format is no request at all
+        Engine(loaded, EngineConfig(cache=CacheConfig(kv_cache_dtype="fp8")))
+    Engine(loaded, EngineConfig())  # the default format is no request at all
 
 
 def test_the_cli_transcribes_with_an_fp8_cache(capsys, monkeypatch) -> None:

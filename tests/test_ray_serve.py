@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import oasr
 from oasr.cli import main
 from oasr.engine.batch_stats import BatchSizeCounts
-from oasr.engine.core_protocol import EngineCoreSpec
+from oasr.hosting.protocol import EngineCoreSpec
 from oasr.engine.stats import EngineStats, ReplicaStats
 from oasr.serving.app import build_app
 from oasr.serving.metrics import ServerMetrics
@@ -229,7 +229,7 @@ def test_serve_with_two_replicas_gives_the_offline_texts_sums_metrics_and_stops_
 
 def test_a_dead_replica_fails_its_requests_with_503_while_the_other_serves_and_it_comes_back(
         ray_cluster: str, offline_texts) -> None:
-    from oasr.scale.ray_replicas import RayReplicaSet, ReplicaOptions
+    from oasr.hosting.ray_replicas import RayReplicaSet, ReplicaOptions
 
     settings = ServerSettings(served_model_name="tiny.en")
     replicas = RayReplicaSet(EngineCoreSpec("tiny.en", "cpu", "float32", SMALL_ENGINE, cpu_threads=1),

@@ -458,7 +458,7 @@ class FakeStreams:
         pass
 
     def open_stream(self, options):
-        from oasr.engine.live_stream import LiveStream
+        from oasr.hosting.live_stream import LiveStream
         from oasr.streaming.types import StreamCapacityError
 
         stream = LiveStream(f"s{len(self.streams)}", self._send, lambda stream_id: None)

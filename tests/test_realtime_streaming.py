@@ -21,11 +21,11 @@ import pytest
 
 import oasr
 from oasr.audio import load_audio
-from oasr.engine.core_client import EngineCoreClient
-from oasr.engine.core_protocol import EngineCoreSpec
+from oasr.hosting.mp import MPClient
+from oasr.hosting.protocol import EngineCoreSpec
 from oasr.serving.app import build_app
 from oasr.serving.settings import ServerSettings
-from oasr.streaming.engine import StreamingEngine
+from oasr.engine.streams import StreamingEngine
 from oasr.streaming.types import StreamingConfig, StreamOptions
 from nemotron_reference import build_reference, save
 from serving_harness import SMALL_ENGINE, WAIT_S, metrics, running_server, wait_until
@@ -220,7 +220,7 @@ def one_stream_server(checkpoint) -> str:
     """An engine core with a single stream slot."""
     spec = EngineCoreSpec(str(checkpoint), "cpu", "float32", SMALL_ENGINE, cpu_threads=1,
                           streaming=StreamingConfig(max_streams=1))
-    engine = EngineCoreClient(spec)
+    engine = MPClient(spec)
     try:
         with running_server(build_app(engine, ServerSettings(served_model_name=checkpoint.name,
                                                              api_keys=(API_KEY,)))) as url:
@@ -288,7 +288,7 @@ def test_the_in_process_engine_thread_streams_turns_the_same(checkpoint, streame
 
 def _worker_that_dies(spec: EngineCoreSpec, channel, core_pid: int, audio: np.ndarray) -> None:
     """An API worker that opens a stream, hears its first event, and dies without a word to the core."""
-    client = EngineCoreClient.attach(spec, channel, core_pid, worker_id=1)
+    client = MPClient.attach(spec, channel, core_pid, worker_id=1)
     # The core dialled this channel before the worker bound it; it redials every 100 ms (ZeroMQ's default).
     time.sleep(1.0)
 
@@ -307,7 +307,7 @@ def test_a_worker_process_that_dies_has_its_streams_aborted_by_the_core(checkpoi
     seen the dead worker's channel drop (it would be refused for good otherwise)."""
     import multiprocessing
 
-    from oasr.engine.core_client import SharedEngineCore
+    from oasr.hosting.mp import SharedEngineCore
     from oasr.streaming.types import StreamCapacityError
 
     spec = EngineCoreSpec(str(checkpoint), "cpu", "float32", SMALL_ENGINE, cpu_threads=1,
@@ -315,7 +315,7 @@ def test_a_worker_process_that_dies_has_its_streams_aborted_by_the_core(checkpoi
     core = SharedEngineCore(spec, 2)
     audio = load_audio(JFK)[: 16_000 * 3]
     try:
-        survivor = EngineCoreClient.attach(spec, core.channels[0], core.pid, worker_id=0)
+        survivor = MPClient.attach(spec, core.channels[0], core.pid, worker_id=0)
         worker = multiprocessing.get_context("spawn").Process(
             target=_worker_that_dies, args=(spec, core.channels[1], core.pid, audio))
         worker.start()

@@ -19,7 +19,7 @@ from openai import OpenAI
 
 import oasr
 from oasr.audio import load_audio
-from oasr.engine.async_engine import EngineDeadError
+from oasr.hosting.relay import EngineDeadError
 from oasr.serving.app import build_app
 from oasr.serving.settings import ServerSettings
 from serving_harness import (

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 import oasr
-from oasr.engine.core_client import EngineCoreClient, SharedEngineCore
-from oasr.engine.core_protocol import EngineCoreSpec
+from oasr.hosting.mp import MPClient, SharedEngineCore
+from oasr.hosting.protocol import EngineCoreSpec
 from oasr.serving.app import build_app
 from oasr.serving.settings import ServerSettings
 from serving_harness import SMALL_ENGINE, WAIT_S, SlowEngine, metrics, running_server, wait_until
@@ -43,7 +43,7 @@ async def _post_all(urls: list[str], num_requests: int, **form) -> list[httpx.Re
 
 def test_two_attached_clients_share_one_core_abort_and_see_its_death(offline_text):
     core = SharedEngineCore(SPEC, 2)
-    clients = [EngineCoreClient.attach(SPEC, channel, core.pid, i) for i, channel in enumerate(core.channels)]
+    clients = [MPClient.attach(SPEC, channel, core.pid, i) for i, channel in enumerate(core.channels)]
     try:
         slow = SlowEngine(clients[1])
         with running_server(build_app(clients[0], SETTINGS)) as url0, \

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 import oasr
+from oasr.engine.combined import Engine
 from oasr.engine.engine import ASREngine
 from oasr.errors import OASRError
 from oasr.models.loader import LoadedModel
 from oasr.streaming.endpointing import EndpointConfig, EndpointRule
-from oasr.streaming.engine import (
+from oasr.engine.streams import (
     StreamCapacityError,
     StreamingConfig,
     StreamingEngine,
@@ -194,11 +195,11 @@ def test_streams_run_beside_whole_file_requests(setup: Setup) -> None:
     while alone.has_unfinished():
         expected = next((o.token_ids for o in alone.step() if o.finished), expected)
     assert expected
-    engine = StreamingEngine(setup.loaded)
+    engine = Engine(setup.loaded)
     engine.add_request(setup.audio[2], DecodeOptions(), request_id="file")
-    engine.open(StreamOptions(lookahead=1), stream_id="live")
-    engine.push("live", setup.audio[1])
-    engine.close("live")
+    engine.open_stream(StreamOptions(lookahead=1), stream_id="live")
+    engine.streams.push("live", setup.audio[1])
+    engine.streams.close("live")
     finished, events = [], []
     while engine.has_unfinished():
         result = engine.step()

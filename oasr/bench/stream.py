@@ -85,7 +85,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_oasr(engine, audio: list[np.ndarray], lookahead: int, *, realtime: bool) -> dict:
     """All streams through ``engine`` -> latency (ms) and throughput figures."""
-    from oasr.streaming.engine import StreamOptions
+    from oasr.engine.streams import StreamOptions
 
     runtime = engine.runtime
     geometry = runtime.geometry(lookahead)
@@ -168,7 +168,7 @@ def run_transformers(model, features: torch.Tensor, lookahead: int, batch_size: 
 
 def main(argv: list[str] | None = None) -> None:
     from oasr.models.loader import from_pretrained, pick_device, pick_dtype
-    from oasr.streaming.engine import StreamingConfig, StreamingEngine
+    from oasr.engine.streams import StreamingConfig, StreamingEngine
     from oasr.streaming.geometry import lookahead_for
 
     p = argparse.ArgumentParser(prog="oasr bench stream", description=__doc__.split("\n\n")[0])

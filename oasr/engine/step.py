@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from oasr.engine.request import RequestOutput
+from oasr.streaming.types import StreamEvent
+
 
 @dataclass(frozen=True)
 class EncodeRow:
@@ -76,3 +79,13 @@ class PendingStep(Protocol):
     """A launched step (runners that overlap steps): ``wait`` reads its result."""
 
     def wait(self) -> RunnerOutput: ...
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step of an engine returns, whichever work it ran: whole-file requests that changed, and live
+    streams that moved."""
+
+    events: list[StreamEvent] = field(default_factory=list)
+    outputs: list[RequestOutput] = field(default_factory=list)  # whole-file requests that changed
+    chunks: list[tuple[str, int]] = field(default_factory=list)  # (stream id, chunk index) encoded in this step

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 
 from oasr.engine.config import EngineConfig
 from oasr.serving.connections import uvicorn_config
-from oasr.serving.engine_client import EngineClient
+from oasr.hosting.engine_client import EngineClient
 from oasr.serving.hosts import AllowedHostsMiddleware
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
@@ -30,7 +30,7 @@ from oasr.serving.settings import ServerSettings
 from oasr.streaming.types import StreamingConfig
 
 if TYPE_CHECKING:
-    from oasr.scale.ray_replicas import ReplicaOptions
+    from oasr.hosting.ray_replicas import ReplicaOptions
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +106,15 @@ def start_engine(model: str, *, mode: str = "process", device: str = "auto", dty
     ``cpu_threads`` sets torch's CPU threads in a core process; ``quantization`` quantizes a full-precision
     checkpoint at load (``from_pretrained``); ``streaming``, a streaming model's stream slots."""
     if mode == "process":
-        from oasr.engine.core_client import EngineCoreClient
-        from oasr.engine.core_protocol import EngineCoreSpec
+        from oasr.hosting.mp import start_mp
 
-        level = logging.getLogger().getEffectiveLevel()
-        spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, streaming=streaming,
-                              quantization=quantization)
-        return EngineCoreClient(spec, max_waiting=max_waiting)
+        return start_mp(model, device=device, dtype=dtype, config=config, streaming=streaming,
+                        quantization=quantization, cpu_threads=cpu_threads, max_waiting=max_waiting)
     if mode == "thread":
-        from oasr.engine.async_engine import AsyncEngine
-        from oasr.models.loader import from_pretrained
+        from oasr.hosting.inproc import start_inproc
 
-        loaded = from_pretrained(model, device=device, dtype=dtype, quantization=quantization)
-        return AsyncEngine(loaded, config, max_waiting=max_waiting, streaming=streaming)
+        return start_inproc(model, device=device, dtype=dtype, config=config, streaming=streaming,
+                            quantization=quantization, max_waiting=max_waiting)
     raise ValueError(f"unknown engine mode {mode!r}; choose one of {', '.join(ENGINE_MODES)}")
 
 
@@ -129,7 +125,7 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
     """Starts the engine for ``model`` and serves until SIGINT or SIGTERM; the engine stops with the server
     (an engine core process is asked to stop and its socket directory removed).
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
-    ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.scale.ray_replicas``);
+    ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.hosting.ray_replicas``);
     ``config``: the engine's (each replica's) configuration."""
     if api_workers > 1:
         if engine_mode != "process":
@@ -144,7 +140,7 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
 
     with stopped_by_signals():
         if replicas is not None:
-            from oasr.scale.ray_replicas import start_replicas
+            from oasr.hosting.ray_replicas import start_replicas
 
             engine = start_replicas(model, replicas, device=device, dtype=dtype, quantization=quantization,
                                     config=config)

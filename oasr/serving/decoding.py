@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasr.engine.request import RequestOutput
-from oasr.serving.engine_client import EngineClient
+from oasr.hosting.engine_client import EngineClient
 from oasr.transcription.spans import Span
 from oasr.transcription.parallel import CoverPlan, WindowCover, window_covers
 from oasr.transcription.results import DecodedWindow

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oasr.engine.batch_stats import BatchSizeCounts
 from oasr.engine.stats import ReplicaStats
-from oasr.serving.engine_client import EngineClient
+from oasr.hosting.engine_client import EngineClient
 
 # Seconds: from well under a GPU step to a long file on a busy CPU.
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0, 300.0, 600.0)
@@ -111,8 +111,10 @@ class _EngineCollector(Collector):
         )
         for name, documentation, value in values:
             yield GaugeMetricFamily(name, documentation, value=value)
-        yield GaugeMetricFamily("oasr_engine_up", "1 while the engine runs, 0 once it has stopped",
-                                value=int(self._engine.alive))
+        yield GaugeMetricFamily("oasr_engine_up", "1 while the engine runs, 0 while a new engine core starts or "
+                                "once it has stopped", value=int(self._engine.alive))
+        yield CounterMetricFamily("oasr_engine_restarts", "Engine cores started again after the one before died",
+                                  value=getattr(self._engine, "num_restarts", 0))
         yield _histogram("oasr_engine_encode_batch_size", "Requests encoded together, per engine step that encodes",
                          stats.encode_batch_sizes)
         yield _histogram("oasr_engine_decode_batch_size", "Requests decoded together, per engine step that decodes",

@@ -60,10 +60,13 @@ def build_router() -> APIRouter:
     add_realtime_route(router)
     add_page_routes(router)  # outside /v1: the page itself loads without a key
 
-    @router.get("/health", summary="200 while the engine runs (with replicas: one is up), 503 once it has stopped")
+    @router.get("/health", summary="200 while the engine runs (with replicas: one is up), 503 while a new engine "
+                "core starts or once it has stopped")
     async def health(request: Request) -> Response:
         alive = serving(request).healthy
-        body: dict[str, object] = {"status": "ok" if alive else "engine_unavailable"}
+        state = getattr(serving(request).engine, "state", "ok" if alive else "dead")
+        body: dict[str, object] = {"status": "ok" if alive else "starting" if state == "starting"
+                                   else "engine_unavailable"}
         replicas = serving(request).engine.stats().replicas
         if replicas:
             body["replicas"] = {"up": sum(r.up for r in replicas), "total": len(replicas)}

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from oasr.audio import audio_duration
-from oasr.engine.relay import EngineDeadError, EngineOverloadedError, ReplicaLostError
+from oasr.hosting.relay import EngineDeadError, EngineOverloadedError, ReplicaLostError
 from oasr.transcription.spans import Span, SpanPlanner, long_audio_detector, to_samples
 from oasr.engine.request import RequestOutput
 from oasr.transcription.parallel import CoverPlan, cover_plan
@@ -48,7 +48,7 @@ from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
 from oasr.serving.admission import Admission, ClientCaps, Ticket, busy
 from oasr.serving.decoding import OrderedText, WindowedDecode, WindowProgress
-from oasr.serving.engine_client import EngineClient
+from oasr.hosting.engine_client import EngineClient
 from oasr.serving.formats import render
 from oasr.serving.metrics import ServerMetrics
 from oasr.serving.protocol import (
@@ -120,14 +120,13 @@ class OpenAIServingTranscription:
                                       settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
         self.admission.on_change = self.metrics.in_flight_changed
-        self.engine_alive = True  # false once a request found the engine stopped
         # Offline's cut: fixed windows, or quiet points for decoders without timestamps (the energy detector runs
         # on numpy-sized work here, beside the upload decoding).
         self.span_planner = SpanPlanner(long_audio_detector(engine.capabilities, None), engine.window_samples)
 
     @property
     def healthy(self) -> bool:
-        return self.engine_alive and self.engine.alive
+        return self.engine.alive
 
     # ------------------------------------------------------------------------------------ request flow
 
@@ -470,8 +469,11 @@ class OpenAIServingTranscription:
                             type="server_error", code="replica_unavailable",
                             headers={"Retry-After": str(self.settings.retry_after_s)})
         if isinstance(exc, EngineDeadError):
-            self.engine_alive = False
             log.error("engine unavailable: %s", exc)
+            if getattr(self.engine, "state", "dead") == "starting":
+                return APIError(503, "The engine has stopped; a new engine core is loading the model, retry "
+                                "shortly.", type="server_error", code="engine_unavailable",
+                                headers={"Retry-After": str(self.settings.retry_after_s)})
             return APIError(503, "The engine has stopped; this server cannot transcribe.", type="server_error",
                             code="engine_unavailable")
         log.error("transcription failed", exc_info=exc)

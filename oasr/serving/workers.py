@@ -2,7 +2,7 @@
 
 One API process is bound by its interpreter lock (uvicorn, multipart parsing, audio decoding, building
 responses) long before the engine core is busy. Here the main process starts the engine core for N clients
-(``SharedEngineCore``) and spawns N workers; each runs the FastAPI app with its own ``EngineCoreClient``
+(``SharedEngineCore``) and spawns N workers; each runs the FastAPI app with its own ``MPClient``
 attached to its own channel of the core, on a listening socket of its own bound to the same host:port with
 SO_REUSEPORT, so that the kernel spreads new connections evenly over the workers (one shared listening socket
 lets whichever worker wakes first take a burst of connections, and keep-alive clients then stay on it).
@@ -10,8 +10,9 @@ The main process holds the port bound (not listening) with SO_REUSEPORT, so that
 
 - A worker's requests are its own: ids carry the worker id, the core answers on that worker's channel, and a
   client's disconnect aborts its request in the core from whichever worker served it.
-- When the core dies every worker sees it (by the core's process id): requests get 503, /health is unhealthy.
-  The main process reaps the core (so its id really disappears) and keeps the workers serving those answers.
+- When the core dies every worker sees it (by the core's process id): requests get 503 and /health says
+  ``starting`` while the main process starts a new core (``SharedEngineCore``); the workers serve again once it
+  has loaded the model.
 - Ctrl-C or SIGTERM to the main process: the workers get SIGTERM (uvicorn's graceful shutdown), then the
   core is terminated. A worker whose main process disappears stops itself; so does the core.
 - /metrics: HTTP counters, histograms and in-flight requests are summed over the workers (prometheus_client's
@@ -47,8 +48,8 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
                   on_ready: threading.Event | None = None, quantization: str | None = None,
                   streaming: StreamingConfig | None = None) -> None:
     """Serves with ``api_workers`` worker processes until SIGINT or SIGTERM; returns once all have stopped."""
-    from oasr.engine.core_client import SharedEngineCore
-    from oasr.engine.core_protocol import EngineCoreSpec
+    from oasr.hosting.mp import SharedEngineCore
+    from oasr.hosting.protocol import EngineCoreSpec
     from oasr.serving.metrics import MULTIPROC_ENV
 
     if api_workers < 1:
@@ -106,15 +107,10 @@ def _reuseport_socket(host: str, port: int) -> socket.socket:
 
 
 def _supervise(core, workers: list[multiprocessing.process.BaseProcess], stop: threading.Event) -> None:
-    """Waits for a stop signal or a worker's exit; reaps the core when it dies (the workers answer 503)."""
-    core_reaped = False
+    """Waits for a stop signal or a worker's exit. The core supervises itself (``SharedEngineCore``: a core that
+    dies is started again while the workers answer 503)."""
     while not stop.is_set():
-        sentinels = [w.sentinel for w in workers] + ([] if core_reaped else [core.process.sentinel])
-        ready = wait(sentinels, timeout=0.5)
-        if not core_reaped and core.process.sentinel in ready:
-            core.process.join()
-            core_reaped = True
-            log.error("the engine core exited with code %s; the API workers answer 503", core.process.exitcode)
+        ready = wait([w.sentinel for w in workers], timeout=0.5)
         for worker in workers:
             if worker.sentinel in ready:
                 log.error("API worker %s exited with code %s; stopping the server", worker.name,
@@ -144,19 +140,22 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
 
     bound_heap()
 
-    from oasr.engine.core_client import EngineCoreClient
+    from oasr.hosting.mp import MPClient
     from oasr.serving.app import build_app
+    from oasr.serving.metrics import MULTIPROC_ENV
     from oasr.serving.connections import uvicorn_config
 
     logging.basicConfig(level=level, format=f"%(levelname)s %(name)s [api worker {worker_id}]: %(message)s")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the main process decides
     parent = os.getppid()
-    engine = EngineCoreClient.attach(spec, channel, core_pid, worker_id, max_waiting=max_waiting)
+    engine = MPClient.attach(spec, channel, core_pid, worker_id, max_waiting=max_waiting)
     try:
         app = WorkerHeader(build_app(engine, settings), worker_id)
         config = uvicorn_config(app, settings, log_level=logging.getLevelName(level).lower())
         server = uvicorn.Server(config)
-        threading.Thread(target=_watch_parent, args=(parent, server), name="oasr-parent-watch", daemon=True).start()
+        orphaned = threading.Event()
+        threading.Thread(target=_watch_parent, args=(parent, server, orphaned), name="oasr-parent-watch",
+                         daemon=True).start()
         sock = _reuseport_socket(host, port)
         sock.listen(2048)
         try:
@@ -165,6 +164,8 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
             sock.close()
     finally:
         engine.shutdown()
+        if orphaned.is_set():  # the main process was killed: nobody else removes the metrics directory
+            shutil.rmtree(os.environ.get(MULTIPROC_ENV, ""), ignore_errors=True)
 
 
 class WorkerHeader:
@@ -188,10 +189,11 @@ class WorkerHeader:
         await self.app(scope, receive, send_marked)
 
 
-def _watch_parent(parent: int, server) -> None:
+def _watch_parent(parent: int, server, orphaned: threading.Event) -> None:
     while not server.should_exit:
         if os.getppid() != parent:
             log.warning("the main server process is gone; this API worker stops")
+            orphaned.set()
             server.should_exit = True
             return
         time.sleep(PARENT_POLL_S)

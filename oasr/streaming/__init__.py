@@ -2,7 +2,7 @@
 
 ``STREAMING_RUNTIMES`` maps a capability record's ``streaming`` name to the runtime that serves it: the tensors
 side of a stream step (gather each stream's state from its slot, run every ready stream's chunk in one forward,
-scatter the state back). The engine above it (``oasr.streaming.engine``) plans steps without tensors.
+scatter the state back). The engine above it (``oasr.engine.streams``) plans steps without tensors.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from oasr.errors import AudioDecodeError
 from oasr.models.loader import LoadedModel
 from oasr.streaming.endpointing import EndpointConfig
 from oasr.streaming.geometry import lookahead_for
-from oasr.streaming.engine import StreamEvent, StreamingConfig, StreamingEngine, StreamOptions
+from oasr.engine.streams import StreamEvent, StreamingConfig, StreamingEngine, StreamOptions
 from oasr.transcription.spans import AudioInput, describe, to_samples
 from oasr.types import Segment, Transcription
 

@@ -30,8 +30,8 @@ import numpy as np
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from oasr.engine.live_stream import LiveStream
-from oasr.engine.relay import EngineDeadError
+from oasr.hosting.live_stream import LiveStream
+from oasr.hosting.relay import EngineDeadError
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.serving.decoding import StreamedText
 from oasr.serving.protocol import APIError

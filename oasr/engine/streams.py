@@ -1,11 +1,11 @@
-"""``StreamingEngine``: live audio in, partial and final results out, a step at a time; offline requests beside.
+"""``StreamingEngine``: live audio in, partial and final results out, a step at a time.
 
 Open a stream (``StreamOptions``: the lookahead, the language, endpointing), push audio of any length whenever
 it arrives, ``close`` when it ends (its last chunk is padded and decoded) or ``abort`` it (its slot is freed at
 once, with no further events). Each ``step`` encodes one chunk of every ready stream of one lookahead in one
-forward, and returns a ``StreamEvent`` per stream that moved: the tokens decided in that step, and ``final`` at
-the end of an utterance (an endpoint, or the stream's end). Whole files (``add_request``) go through an
-``ASREngine`` on the same model, stepped in the same ``step``.
+forward, and returns a ``StepResult`` with a ``StreamEvent`` per stream that moved: the tokens decided in that
+step, and ``final`` at the end of an utterance (an endpoint, or the stream's end). Whole files beside the streams
+are the combined ``Engine``'s (``oasr.engine.combined``), which steps both.
 
 A model that cannot stream is refused when the engine is built. The options, events and errors live in the
 torch-free ``oasr.streaming.types`` (the server's API processes read them) and are importable from here too.
@@ -14,15 +14,10 @@ torch-free ``oasr.streaming.types`` (the server's API processes read them) and a
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from oasr.engine.config import EngineConfig
-from oasr.engine.engine import ASREngine
-from oasr.engine.frame_runner import refuse_kv_cache_dtype
-from oasr.engine.request import RequestOutput
-from oasr.engine.stats import EngineStats
+from oasr.engine.step import StepResult
 from oasr.errors import OASRError
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
@@ -39,16 +34,8 @@ from oasr.streaming.types import (
 from oasr.types import DecodeOptions
 
 
-@dataclass(frozen=True)
-class StepResult:
-    events: list[StreamEvent] = field(default_factory=list)
-    outputs: list[RequestOutput] = field(default_factory=list)  # offline requests that changed
-    chunks: list[tuple[str, int]] = field(default_factory=list)  # (stream id, chunk index) encoded in this step
-
-
 class StreamingEngine:
-    def __init__(self, loaded: LoadedModel, config: StreamingConfig | None = None,
-                 engine_config: EngineConfig | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, config: StreamingConfig | None = None) -> None:
         self.loaded = loaded
         self.config = config or StreamingConfig()
         self.capabilities = capabilities_of(type(loaded.model))
@@ -57,14 +44,11 @@ class StreamingEngine:
                 f"{loaded.name} ({loaded.architecture}) cannot stream: its encoder sees the whole input (no "
                 f"streaming runtime is declared for it); use whole-file transcription, or a cache-aware "
                 f"checkpoint such as nemotron_asr_streaming")
-        refuse_kv_cache_dtype(loaded, engine_config)  # its offline requests run the frame runner
         self.runtime = STREAMING_RUNTIMES.get(self.capabilities.streaming)(loaded, self.config.max_streams)
         self.scheduler = StreamScheduler(self.config.max_streams, self.config.max_batch)
         if loaded.device.type == "cuda":
             for lookahead in self.config.warm_lookaheads or (self.runtime.default_lookahead,):
                 self.runtime.warm_up(lookahead, min(self.config.max_streams, self.config.max_batch))
-        self._engine_config = engine_config
-        self._offline: ASREngine | None = None
         self._ids = itertools.count()
 
     # -- streams ------------------------------------------------------------------------------------------
@@ -111,37 +95,20 @@ class StreamingEngine:
     def num_streams(self) -> int:
         return len(self.scheduler.streams)
 
-    def stats(self) -> EngineStats:
-        """The offline engine's numbers, with the streams open and the slots they may take."""
-        return replace(self.offline.stats(), num_streams=self.num_streams, stream_slots=self.config.max_streams)
-
-    # -- offline requests ---------------------------------------------------------------------------------
-    @property
-    def offline(self) -> ASREngine:
-        """The engine whole files go through (built when first needed)."""
-        if self._offline is None:
-            self._offline = ASREngine(self.loaded, self._engine_config)
-        return self._offline
-
-    def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None,
-                    request_id: str | None = None) -> str:
-        return self.offline.add_request(audio, options, request_id)
-
     # -- the loop -----------------------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
-        return bool(self.scheduler.streams) or (self._offline is not None and self._offline.has_unfinished())
+        return bool(self.scheduler.streams)
 
     def has_ready_work(self) -> bool:
         """Whether ``step`` would do anything now; False while every open stream waits for audio (a loop that
         serves live streams waits for messages then, instead of stepping)."""
-        return self.scheduler.has_ready() or (self._offline is not None and self._offline.has_unfinished())
+        return self.scheduler.has_ready()
 
     def step(self) -> StepResult:
-        outputs = self._offline.step() if self._offline is not None and self._offline.has_unfinished() else []
         events, chunks = self._stream_step()
         for stream_id in self.scheduler.exhausted():  # closed streams with nothing left to encode
             events.append(self._finish(self.scheduler.remove(stream_id), [], closed=True))
-        return StepResult(events, outputs, chunks)
+        return StepResult(events=events, chunks=chunks)
 
     def _stream_step(self) -> tuple[list[StreamEvent], list[tuple[str, int]]]:
         batch = self.scheduler.schedule()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from oasr.engine.core_protocol import (
+from oasr.hosting.protocol import (
     INVALID_REQUEST,
     STREAM_CAPACITY,
     UNSUPPORTED_OPTION,
@@ -24,7 +24,7 @@ from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.streaming.types import StreamCapacityError, StreamEvent
 
 if TYPE_CHECKING:
-    from oasr.streaming.engine import StreamingEngine
+    from oasr.engine.streams import StreamingEngine
 
 StreamMessage = OpenStream | PushAudio | CloseStream | AbortStreams
 

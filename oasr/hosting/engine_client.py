@@ -1,6 +1,6 @@
-"""The engine as the HTTP layer sees it. Two implementations: ``oasr.engine.core_client.EngineCoreClient``
-(the engine in a process of its own, the default) and ``oasr.engine.async_engine.AsyncEngine`` (on a thread of
-the server's process). Tests may wrap either (to slow it down, count aborts) without the server knowing."""
+"""The engine as the HTTP layer sees it: every host's client (``oasr.hosting.client.CoreClient`` in-process or
+over ZeroMQ, ``oasr.hosting.ray_replicas.RayReplicaSet`` over Ray) is one. Tests may wrap any (to slow it down,
+count aborts) without the server knowing."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from oasr.engine.live_stream import LiveStream
+from oasr.hosting.live_stream import LiveStream
 from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput
 from oasr.models.base import AlignmentRow
@@ -28,6 +28,14 @@ class EngineClient(Protocol):
     @property
     def alive(self) -> bool:
         """False once the engine has stopped (its loop failed, its process exited): nothing can be served."""
+
+    @property
+    def state(self) -> str:
+        """``ok`` while it serves, ``starting`` while a new engine core loads after the last one died, ``dead``."""
+
+    @property
+    def num_restarts(self) -> int:
+        """Engine cores started again after the one before died."""
 
     @property
     def supports_word_timestamps(self) -> bool:

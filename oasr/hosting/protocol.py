@@ -1,9 +1,10 @@
-"""What the API process and the engine-core process say to each other over their two ZeroMQ sockets.
+"""What an engine core and its clients say to each other, whichever transport carries it (a queue in-process,
+two ZeroMQ sockets per client to a core process, Ray calls to a replica).
 
-API -> core (PUSH/PULL): ``AddRequest`` (its audio travels as a second frame of raw float32 bytes),
+client -> core: ``AddRequest`` (its audio travels as a second frame of raw float32 bytes),
 ``AbortRequests``, ``CheckOptions``, ``AlignWords`` (audio as for ``AddRequest``), ``StopCore``; for a model
 that streams, ``OpenStream``, ``PushAudio`` (16 kHz float32 samples as the second frame), ``CloseStream`` and
-``AbortStreams``. Core -> API (PUSH/PULL): first ``CoreReady`` or ``CoreFailed``, then one ``CoreUpdate`` per
+``AbortStreams``. Core -> client: first ``CoreReady`` or ``CoreFailed``, then one ``CoreUpdate`` per
 loop iteration that had anything to say (requests' tokens, streams' ``StreamEvent``s and failures), and
 ``CoreFailed`` if the loop dies. Messages are pickled: both ends are the same program,
 on sockets in a directory only this user can open.
@@ -58,6 +59,8 @@ class EngineInfo:
     stats: EngineStats
     supports_word_timestamps: bool = False  # the core answers ``AlignWords``
     capabilities: ModelCapabilities | None = None  # the served architecture's record (how the server cuts audio)
+    pid: int | None = None  # the process the core runs in
+    core_class: str = ""  # the class serving (every host runs ``oasr.hosting.core.EngineCore``)
 
 
 # ----------------------------------------------------------------------------------- API -> core

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 
-from oasr.engine.core_protocol import (
+from oasr.hosting.protocol import (
     STREAM_CAPACITY,
     UNSUPPORTED_OPTION,
     AbortStreams,
@@ -16,7 +16,7 @@ from oasr.engine.core_protocol import (
     PushAudio,
     StreamFailed,
 )
-from oasr.engine.relay import EngineDeadError
+from oasr.hosting.relay import EngineDeadError
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.streaming.types import StreamCapacityError, StreamEvent
 
