@@ -1,4 +1,5 @@
-"""Where long audio is cut into requests: fixed windows, or windows cut at the silences a VAD detector finds.
+"""Where long audio is cut into requests: contiguous windows cut at the quietest point before each window's limit,
+or windows cut at the silences a VAD detector finds.
 
 Offline transcription and the server cut alike. Torch-free (a VAD detector loads torch when one is asked for),
 so the server's API processes can plan without it.
@@ -14,6 +15,7 @@ import numpy as np
 from oasr.audio import load_audio
 from oasr.errors import AudioDecodeError
 from oasr.models.capabilities import ModelCapabilities
+from oasr.vad.cuts import quiet_spans
 
 if TYPE_CHECKING:
     import torch
@@ -59,8 +61,9 @@ def long_audio_detector(capabilities: ModelCapabilities, vad: str | None) -> str
 
 
 class SpanPlanner:
-    """Where to cut one input: one window if it fits, else every ``window`` samples, or at the silences a VAD
-    ``detector`` finds (offline and the server cut alike)."""
+    """Where to cut one input: one window if it fits, else into contiguous windows of at most ``window`` samples
+    each ending at a quiet point (``oasr.vad.cuts``: a fixed 30 s cut splits the word it lands in, and each
+    window decodes half of it), or at the silences a VAD ``detector`` finds (offline and the server cut alike)."""
 
     def __init__(self, detector: str | None, window: int, device: str | torch.device = "cpu") -> None:
         self.window = window
@@ -72,6 +75,8 @@ class SpanPlanner:
             self.planner = WindowPlanner(load_detector(detector, device), window)
 
     def __call__(self, samples: np.ndarray) -> list[Span]:
-        if self.planner is None or len(samples) <= self.window:
+        if len(samples) <= self.window:
             return fixed_spans(len(samples), self.window)
+        if self.planner is None:
+            return quiet_spans(samples, self.window)
         return [(w.start, w.end) for w in self.planner.plan([samples])[0]]

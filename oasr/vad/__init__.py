@@ -4,7 +4,9 @@ A detector turns 16 kHz audio into one speech probability per ``chunk_samples`` 
 zero-padded), for many streams at once (``oasr.vad.detector.SpeechDetector``). ``silero`` is the Silero VAD
 network (weights from the ``silero-vad`` package), ``energy`` a loudness detector with no weights.
 ``oasr.vad.segmenter`` turns probabilities into speech segments; ``oasr.vad.planner`` cuts long audio into
-decoding windows at silences. Importing this package stays cheap (no torch) so the CLI can list the names.
+decoding windows at silences; ``oasr.vad.cuts`` (NumPy only, no detector) cuts it into contiguous windows, each
+ending at the quietest point before its limit, for the default long-form mode.
+Importing this package stays cheap (no torch) so the CLI can list the names.
 """
 
 from __future__ import annotations
