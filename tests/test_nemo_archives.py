@@ -58,8 +58,8 @@ def test_archive_maps_to_the_architecture() -> None:
     assert any(k.startswith("ctc_decoder.") for k in hybrid.dropped_keys)  # its CTC head is not run
 
 
-@pytest.mark.xfail(strict=True, reason="open: OASR's --stream emits extra tokens at the clip's tail where NeMo's "
-                   "streaming buffer ends on a partial chunk (the offline tokens match); see docs/nemo.md")
+@pytest.mark.xfail(strict=True, reason="open: OASR's --stream decodes the zero-padded last chunk's frames past the audio; NeMo's "
+                   "buffer decodes only the real frames (the offline tokens match); see docs/nemo.md")
 def test_streaming_archive_streams_nemos_cache_aware_tokens(capsys) -> None:
     rows = transcribe(str(DATA / "streaming.nemo"), capsys, "--stream")
     assert [row["token_ids"] for row in rows] == golden("streaming")["streamed_tokens"]
