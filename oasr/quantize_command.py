@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     tied = ARCHITECTURES.get(loaded.architecture).tied_keys
     state = {k: v for k, v in loaded.model.state_dict().items() if k not in tied}
     checkpoint = Checkpoint(loaded.architecture, loaded.config.to_dict(), state, loaded.checkpoint.tokenizer_file,
-                            "native", quantization=spec)
+                            "native", quantization=spec, tokenizer=loaded.checkpoint.tokenizer)
     created = not destination.exists()
     try:
         save_native(checkpoint, destination, dtype=getattr(torch, args.dtype))

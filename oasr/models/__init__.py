@@ -30,6 +30,7 @@ CONVERTERS: Registry[type] = Registry(
         "native": "oasr.models.converters.native",
         "huggingface": "oasr.models.converters.huggingface",
         "ctranslate2": "oasr.models.converters.ctranslate2",
+        "nemo": "oasr.models.converters.nemo",
     },
 )
 

@@ -13,14 +13,16 @@ from oasr.quantization.spec import QuantizationSpec
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Where a checkpoint lives: a directory, and optionally weight files kept elsewhere (split packages)."""
+    """Where a checkpoint lives: a directory, and optionally weight files kept elsewhere (split packages), or a
+    single-file archive (a NeMo ``.nemo``; ``directory`` is then the folder holding it)."""
 
     directory: Path
     weight_files: tuple[Path, ...] = ()
     name: str | None = None
+    archive: Path | None = None
 
     def __str__(self) -> str:
-        return self.name or str(self.directory)
+        return self.name or str(self.archive or self.directory)
 
 
 @dataclass
@@ -34,6 +36,9 @@ class Checkpoint:
     dropped_keys: list[str] = field(default_factory=list)
     # How the state dict's GEMMs are quantized (a native checkpoint written by ``oasr quantize``), or None.
     quantization: QuantizationSpec | None = None
+    # The TOKENIZERS entry that reads ``tokenizer_file`` when it is not the architecture's own (a NeMo archive's
+    # SentencePiece model), or None.
+    tokenizer: str | None = None
 
 
 class CheckpointConverter(Protocol):

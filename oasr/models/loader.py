@@ -21,7 +21,7 @@ from oasr.tokenizers import TOKENIZERS
 log = logging.getLogger(__name__)
 
 # Formats are tried in this order: the first whose ``detect`` accepts the directory loads it.
-_DETECTION_ORDER = ("native", "huggingface", "ctranslate2")
+_DETECTION_ORDER = ("nemo", "native", "huggingface", "ctranslate2")
 
 
 @dataclass
@@ -43,8 +43,13 @@ class LoadedModel:
 
 def resolve_source(name_or_path: str | Path) -> ModelSource:
     path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".nemo":
+        return ModelSource(directory=path.parent.resolve(), archive=path.resolve())
     if path.is_dir():
-        return ModelSource(directory=path.resolve())
+        from oasr.models.converters.nemo import find_archive
+
+        archive = find_archive(path)  # a folder holding one .nemo (a hub snapshot) loads it
+        return ModelSource(directory=path.resolve(), archive=archive.resolve() if archive else None)
     if str(name_or_path) in EMBEDDED_MODELS:
         return resolve_embedded(str(name_or_path))
     known = ", ".join(EMBEDDED_MODELS)
@@ -138,7 +143,7 @@ def _assemble(source: ModelSource, checkpoint: Checkpoint, config: Any, model: n
         format=checkpoint.format,
         config=config,
         model=model,
-        tokenizer=TOKENIZERS.get(arch.tokenizer)(checkpoint.tokenizer_file),
+        tokenizer=TOKENIZERS.get(checkpoint.tokenizer or arch.tokenizer)(checkpoint.tokenizer_file),
         features=extractor_cls.for_model(config),
         device=device,
         dtype=dtype,

@@ -11,6 +11,7 @@ TOKENIZERS: Registry[type] = Registry(
         "parakeet_hf_json": "oasr.tokenizers.parakeet",
         "hf_json": "oasr.tokenizers.hf_json",
         "qwen3_asr_json": "oasr.tokenizers.qwen3_asr",
+        "sentencepiece": "oasr.tokenizers.sentencepiece",
     },
 )
 

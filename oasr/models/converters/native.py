@@ -25,6 +25,8 @@ from oasr.quantization.spec import QuantizationSpec
 FORMAT_VERSION = 1
 QUANTIZED_FORMAT_VERSION = 2
 MANIFEST = "oasr.json"
+# The file a tokenizer other than the architecture's own is stored as (named in oasr.json "tokenizer").
+_TOKENIZER_FILES = {"sentencepiece": "tokenizer.model"}
 
 
 @CONVERTERS.register("native")
@@ -44,8 +46,9 @@ class NativeConverter:
             architecture=manifest["architecture"],
             config=manifest["config"],
             state_dict=load_state_dict([require_file(source.directory / "model.safetensors")]),
-            tokenizer_file=require_file(source.directory / "tokenizer.json"),
+            tokenizer_file=require_file(source.directory / _TOKENIZER_FILES.get(manifest.get("tokenizer"), "tokenizer.json")),
             format="native",
+            tokenizer=manifest.get("tokenizer"),
             quantization=_read_spec(source, manifest.get("quantization")),
         )
 
@@ -73,6 +76,8 @@ def save_native(checkpoint: Checkpoint, destination: Path, *, dtype: torch.dtype
                 "architecture": checkpoint.architecture, "config": checkpoint.config}
     if spec is not None:
         manifest["quantization"] = spec.to_dict()
+    if checkpoint.tokenizer is not None:
+        manifest["tokenizer"] = checkpoint.tokenizer
     (destination / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    shutil.copyfile(checkpoint.tokenizer_file, destination / "tokenizer.json")
+    shutil.copyfile(checkpoint.tokenizer_file, destination / _TOKENIZER_FILES.get(checkpoint.tokenizer, "tokenizer.json"))
     return destination

@@ -1,0 +1,117 @@
+"""NeMo ``.nemo`` archives through ``oasr transcribe``, against NeMo's own greedy tokens.
+
+tests/data/nemo/ holds tiny archives built with nemo-toolkit's own classes and written with ``save_to``, the
+16 kHz clips they were run on, and the tokens NeMo's ``transcribe()`` (and, for the cache-aware streaming one, its
+streaming loop) gave: scripts/nemo_oracle/build_archives.py made them in a separate nemo venv
+(scripts/setup_oracles.sh). CI does not run NeMo: these goldens are what it compares against.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from oasr.cli import main
+
+DATA = Path(__file__).parent / "data" / "nemo"
+CLIPS = [str(DATA / f"clip{i}.flac") for i in range(3)]
+ARCHITECTURES = {"ctc": "parakeet_ctc", "rnnt": "parakeet_rnnt", "tdt": "parakeet_tdt", "hybrid": "parakeet_rnnt",
+                 "streaming": "nemotron_asr_streaming"}
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # where the archive's tokenizer is written
+
+
+def golden(name: str) -> dict:
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+def transcribe(model: str, capsys, *extra: str) -> list[dict]:
+    assert main(["transcribe", *CLIPS, "--model", model, "--device", "cpu", "--dtype", "float32",
+                 "--output-format", "jsonl", "--quiet", *extra]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_archive_gives_nemos_greedy_tokens_and_text(name: str, capsys) -> None:
+    expected = golden(name)
+    assert any(expected["tokens"])  # the oracle emitted something to compare
+    rows = transcribe(str(DATA / f"{name}.nemo"), capsys)
+    assert [row["token_ids"] for row in rows] == expected["tokens"]
+    assert [row["text"] for row in rows] == [t.strip() for t in expected["texts"]]
+
+
+def test_archive_maps_to_the_architecture() -> None:
+    from oasr.models.loader import read_checkpoint, resolve_source
+
+    for name, architecture in ARCHITECTURES.items():
+        checkpoint = read_checkpoint(resolve_source(DATA / f"{name}.nemo"))
+        assert checkpoint.architecture == architecture and checkpoint.format == "nemo"
+        assert all(k.startswith("preprocessor.") or k.startswith("ctc_decoder.") for k in checkpoint.dropped_keys)
+    hybrid = read_checkpoint(resolve_source(DATA / "hybrid.nemo"))
+    assert any(k.startswith("ctc_decoder.") for k in hybrid.dropped_keys)  # its CTC head is not run
+
+
+@pytest.mark.xfail(strict=True, reason="open: OASR's --stream decodes the zero-padded last chunk's frames past the audio; NeMo's "
+                   "buffer decodes only the real frames (the offline tokens match); see docs/nemo.md")
+def test_streaming_archive_streams_nemos_cache_aware_tokens(capsys) -> None:
+    rows = transcribe(str(DATA / "streaming.nemo"), capsys, "--stream")
+    assert [row["token_ids"] for row in rows] == golden("streaming")["streamed_tokens"]
+
+
+def test_convert_round_trip_gives_the_same_tokens(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "native"
+    assert main(["convert", str(DATA / "tdt.nemo"), str(out)]) == 0
+    capsys.readouterr()
+    assert (out / "tokenizer.model").is_file()
+    assert [row["token_ids"] for row in transcribe(str(out), capsys)] == golden("tdt")["tokens"]
+
+
+def test_directory_with_one_archive_loads_it_and_with_two_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "model.nemo").write_bytes((DATA / "ctc.nemo").read_bytes())
+    assert [row["token_ids"] for row in transcribe(str(tmp_path / "one"), capsys)] == golden("ctc")["tokens"]
+    (tmp_path / "one" / "other.nemo").write_bytes(b"x")
+    assert main(["transcribe", CLIPS[0], "--model", str(tmp_path / "one"), "--device", "cpu"]) != 0
+    err = capsys.readouterr().err
+    assert "several .nemo archives" in err and "model.nemo" in err and "other.nemo" in err
+
+
+def _rewrite(source: Path, destination: Path, *, drop: str | None = None, edit=None) -> Path:
+    """A copy of ``source`` without the member ending in ``drop``, its config passed through ``edit``."""
+    with tarfile.open(source) as src, tarfile.open(destination, "w") as dst:
+        for member in src.getmembers():
+            if drop is not None and member.name.endswith(drop):
+                continue
+            data = src.extractfile(member).read() if member.isfile() else None
+            if data is not None and member.name.endswith("model_config.yaml") and edit is not None:
+                data = edit(data.decode()).encode()
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    return destination
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda d: (d / "bad.nemo").write_bytes(b"not a tar") and d / "bad.nemo", "not a readable .nemo archive"),
+    (lambda d: _rewrite(DATA / "ctc.nemo", d / "x.nemo", drop="model_weights.ckpt"), "no model_weights.ckpt"),
+    (lambda d: _rewrite(DATA / "ctc.nemo", d / "x.nemo", edit=lambda t: t.replace("subsampling: dw_striding",
+                                                                                   "subsampling: striding")),
+     "encoder.subsampling='striding' is not supported"),
+    (lambda d: _rewrite(DATA / "ctc.nemo", d / "x.nemo", edit=lambda t: t.replace("self_attention_model: rel_pos",
+                                                                                   "self_attention_model: abs_pos")),
+     "encoder.self_attention_model='abs_pos' is not supported"),
+    (lambda d: _rewrite(DATA / "ctc.nemo", d / "x.nemo", edit=lambda t: t.replace("normalize: per_feature",
+                                                                                   "normalize: all_features")),
+     "preprocessor.normalize='all_features' is not supported"),
+])
+def test_bad_archive_is_refused_naming_the_member_or_field(make, message, tmp_path: Path, capsys) -> None:
+    archive = make(tmp_path)
+    assert main(["transcribe", CLIPS[0], "--model", str(archive), "--device", "cpu"]) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
