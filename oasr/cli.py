@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oasr.models.catalogue import MODEL_HELP
 from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.settings import ServerSettings
@@ -19,11 +20,6 @@ from oasr.vad import VAD_DETECTORS
 
 if TYPE_CHECKING:
     from oasr.scale.ray_replicas import ReplicaOptions
-
-MODEL_HELP = ("a model: an alias from `oasr models` (large-v3-turbo, parakeet-tdt-0.6b-v2 ...), an embedded name "
-              "(tiny.en, base), a local directory or .nemo file, or a Hugging Face Hub id ORG/NAME[@REVISION]; "
-              "only an alias or a hub id downloads, into huggingface_hub's cache (see docs/models.md)")
-
 
 def _add_quantization(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default=None, choices=QUANT_METHODS.names(),

@@ -13,8 +13,10 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from transformers import WhisperForConditionalGeneration
@@ -248,8 +250,6 @@ def test_transcribe_reports_an_unknown_repo(endpoint, tmp_path):
 
 
 def test_serve_answers_with_a_hub_model(pulled, checkpoints):
-    import httpx
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -268,8 +268,6 @@ def test_serve_answers_with_a_hub_model(pulled, checkpoints):
                     break
             except httpx.TransportError:
                 pass
-            import time
-
             time.sleep(0.1)
         answer = httpx.post(f"{url}/v1/audio/transcriptions", files={"file": (JFK.name, JFK.read_bytes())},
                             data={"model": "org/parakeet"}, timeout=120)

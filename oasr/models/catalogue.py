@@ -12,6 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# What every --model (and a model argument) accepts, in the order resolve_source tries it.
+MODEL_HELP = ("a model: a local directory or .nemo file, an alias from `oasr models` (large-v3-turbo, "
+              "parakeet-tdt-0.6b-v2 ...), an embedded name (tiny.en, base), or a Hugging Face Hub id "
+              "ORG/NAME[@REVISION]; only an alias or a hub id downloads, into huggingface_hub's cache "
+              "(docs/models.md)")
+
 
 @dataclass(frozen=True)
 class CatalogueEntry:
