@@ -333,7 +333,7 @@ def test_resolution_order_is_path_alias_embedded_then_hub(tmp_path, monkeypatch)
     assert fetched == [HubRef("openai/whisper-large-v3-turbo")] and source.name == "large-v3-turbo"
     assert loader.resolve_source("org/other@v2").name == "org/other@v2" and fetched[-1] == HubRef("org/other", "v2")
     with pytest.raises(ModelNotFoundError, match="Hub id"):
-        loader.resolve_source(tmp_path / "missing" / "dir")  # a Path is never sent to the Hub
+        loader.resolve_source(Path("org") / "absent")  # spelled like a hub id, but a Path is never sent to the Hub
     assert len(fetched) == 2
 
 
