@@ -57,9 +57,9 @@ def resolve_source(name_or_path: str | Path) -> ModelSource:
         hub_ref = parse_hub_id(name)
     if hub_ref is not None:
         return replace(resolve_source(fetch(hub_ref)), name=name)
-    known = ", ".join([*CATALOGUE, *EMBEDDED_MODELS])
-    raise ModelNotFoundError(f"{name_or_path!r} is neither a model directory, a model name ({known}) nor a Hugging "
-                             "Face Hub id (ORG/NAME or ORG/NAME@REVISION); `oasr models` lists the names")
+    known = ", ".join([*EMBEDDED_MODELS, *CATALOGUE])
+    raise ModelNotFoundError(f"{name_or_path!r} is neither a model directory nor a known model name ({known}) nor a "
+                             "Hugging Face Hub id (ORG/NAME or ORG/NAME@REVISION); `oasr models` lists the names")
 
 
 def read_checkpoint(source: ModelSource) -> Checkpoint:
