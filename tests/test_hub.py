@@ -48,10 +48,10 @@ NEMO = b"a stand-in for a NeMo archive"
 TOKEN = "hf_test_token"
 
 
-def _tiny_whisper(directory: Path, seed: int) -> Path:
+def _tiny_whisper(directory: Path, seed: int, max_shard_size: str | None = None) -> Path:
     torch.manual_seed(seed)
-    WhisperForConditionalGeneration(hf_whisper_config(ARCHITECTURES.get("whisper").tiny_config())).save_pretrained(
-        directory)
+    model = WhisperForConditionalGeneration(hf_whisper_config(ARCHITECTURES.get("whisper").tiny_config()))
+    model.save_pretrained(directory, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
     shutil.copy(resolve_embedded("tiny.en").directory / "tokenizer.json", directory / "tokenizer.json")
     return directory
 
@@ -68,6 +68,7 @@ def checkpoints(tmp_path_factory) -> dict[str, Path]:
     return {
         "whisper": _tiny_whisper(root / "whisper", seed=0),
         "whisper-v2": _tiny_whisper(root / "whisper-v2", seed=1),
+        "whisper-sharded": _tiny_whisper(root / "whisper-sharded", seed=2, max_shard_size="200KB"),
         "parakeet": _parakeet_ctc(root / "parakeet"),
         "canary": make_canary_checkpoint(root / "canary"),
         "qwen3": make_qwen3_checkpoint(root / "qwen3"),
@@ -80,6 +81,7 @@ def hub(checkpoints) -> FakeHub:
     unsupported = {**files["whisper"], "config.json": json.dumps({"model_type": "wav2vec2"}).encode()}
     return FakeHub(repos={
         "org/whisper": FakeRepo({"main": {**files["whisper"], **UNREAD}, "v2": files["whisper-v2"]}),
+        "org/sharded": FakeRepo({"main": {**files["whisper-sharded"], **UNREAD}}),
         "org/parakeet": FakeRepo({"main": {**files["parakeet"], **UNREAD}}),
         "org/canary": FakeRepo({"main": files["canary"]}),
         "org/qwen3": FakeRepo({"main": files["qwen3"]}),
@@ -208,6 +210,16 @@ def test_a_nemo_repo_fetches_only_its_archive(hub, endpoint, tmp_path):
     assert done.returncode == 0, done.stderr
     assert hub.downloads("org/nemo-only") == ["parakeet.nemo"]
     assert done.stdout.strip().endswith("(parakeet.nemo)")
+
+
+def test_a_sharded_checkpoint_fetches_the_shards_its_index_names(hub, endpoint, checkpoints, tmp_path):
+    shards = sorted(p.name for p in checkpoints["whisper-sharded"].glob("model-*.safetensors"))
+    assert len(shards) > 1
+    done = oasr_cli(["pull", "org/sharded"], endpoint, tmp_path / "hub")
+    assert done.returncode == 0, done.stderr
+    expected = ["config.json", "generation_config.json", "model.safetensors.index.json", *shards, "tokenizer.json"]
+    assert sorted(hub.downloads("org/sharded")) == sorted(expected)
+    assert sorted(p.name for p in snapshot_of(done.stdout).iterdir()) == sorted(expected)
 
 
 def test_a_gated_repo_loads_with_its_token(hub, endpoint, tmp_path):

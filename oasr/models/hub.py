@@ -92,7 +92,7 @@ def select_files(ref: HubRef, names: Collection[str]) -> FileSelection:
         return FileSelection("nemo", (archives[0],))
     if archives:
         raise UnsupportedModelError(f"{ref}: the repo holds several NeMo archives ({', '.join(archives)}); fetch the "
-                                    "one you want (huggingface-cli download) and pass its path as the model")
+                                    "one you want (hf download) and pass its path as the model")
     raise UnsupportedModelError(f"{ref}: no checkpoint OASR can read in this repo; " + _serves())
 
 
