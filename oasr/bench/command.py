@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from oasr.models.catalogue import MODEL_HELP
+
 if TYPE_CHECKING:
     from oasr.bench.run import BenchItem, BenchResult
 
@@ -29,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure throughput, latency and WER (optionally beside transformers); "
                                      "streams: oasr bench stream --help; realtime sessions "
                                      "against a server: oasr bench realtime --help")
-    p.add_argument("--model", default="tiny.en")
+    p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--manifest", type=Path, help="JSONL with audio (relative path), text, language")
     p.add_argument("--repeat", type=int, default=1, help="pass over the manifest this many times")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))

@@ -46,6 +46,7 @@ import numpy as np
 from oasr.bench.realtime_client import ENGINE_RATE, LoadPlan, SessionRecord, Utterance, run_load, utterance
 from oasr.bench.serve_load import manifest_rows, percentiles
 from oasr.bench.server_process import free_port, running_server, serve_command, tail
+from oasr.models.catalogue import MODEL_HELP
 
 NEMOTRON_ARCH = "nemotron-streaming-0.6b"
 # Measured on CPU over the 8 synthetic 8 s clips: 1.0 and 0.8 emit no token on any, 0.75 on three, 0.7 on seven
@@ -228,7 +229,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="oasr bench realtime", description=__doc__.split("\n\n")[0])
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model", default="tiny.en", help="served model: an embedded name or a model directory")
+    model.add_argument("--model", default="tiny.en", help="the served model: " + MODEL_HELP.removeprefix("a model: "))
     model.add_argument("--nemotron-shape", action="store_true",
                        help=f"serve random weights of the {NEMOTRON_ARCH} shape (needs transformers' Nemotron)")
     p.add_argument("--blank-bias", type=float, default=REALTIME_BLANK_BIAS,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,10 @@ from oasr.errors import CheckpointError, ModelNotFoundError
 from oasr.features import FEATURE_EXTRACTORS
 from oasr.layers import Backend, KernelGap, apply_backend
 from oasr.models import ARCHITECTURES, CONVERTERS
+from oasr.models.catalogue import CATALOGUE
 from oasr.models.checkpoint import Checkpoint, ModelSource
 from oasr.models.embedded import EMBEDDED_MODELS, resolve_embedded
+from oasr.models.hub import fetch, parse_hub_id
 from oasr.tokenizers import TOKENIZERS
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ class LoadedModel:
 
 
 def resolve_source(name_or_path: str | Path) -> ModelSource:
+    """A local path first, then a catalogue alias, an embedded name, a hub id (``ORG/NAME[@REVISION]``, fetched into
+    huggingface_hub's cache and loaded from there as a local path). Only a hub id or an alias downloads anything."""
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".nemo":
         return ModelSource(directory=path.parent.resolve(), archive=path.resolve())
@@ -50,10 +54,17 @@ def resolve_source(name_or_path: str | Path) -> ModelSource:
 
         archive = find_archive(path)  # a folder holding one .nemo (a hub snapshot) loads it
         return ModelSource(directory=path.resolve(), archive=archive.resolve() if archive else None)
-    if str(name_or_path) in EMBEDDED_MODELS:
-        return resolve_embedded(str(name_or_path))
-    known = ", ".join(EMBEDDED_MODELS)
-    raise ModelNotFoundError(f"{name_or_path!r} is neither a model directory nor a known model name ({known})")
+    name = str(name_or_path)
+    hub_ref = parse_hub_id(CATALOGUE[name].hub_id) if name in CATALOGUE else None
+    if hub_ref is None and name in EMBEDDED_MODELS:
+        return resolve_embedded(name)
+    if hub_ref is None and isinstance(name_or_path, str):  # a Path object always means a local path
+        hub_ref = parse_hub_id(name)
+    if hub_ref is not None:
+        return replace(resolve_source(fetch(hub_ref)), name=name)
+    known = ", ".join([*EMBEDDED_MODELS, *CATALOGUE])
+    raise ModelNotFoundError(f"{name_or_path!r} is neither a model directory nor a known model name ({known}) nor a "
+                             "Hugging Face Hub id (ORG/NAME or ORG/NAME@REVISION); `oasr models` lists the names")
 
 
 def read_checkpoint(source: ModelSource) -> Checkpoint:
