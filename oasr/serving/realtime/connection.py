@@ -218,7 +218,7 @@ class RealtimeConnection:
             await asyncio.gather(worker, *(live.task for live in self._streamed), return_exceptions=True)
 
     async def _receive(self) -> str | None:
-        """The next text frame; None once the client has gone or stayed silent past the idle timeout."""
+        """The next text frame; None once the client has gone, or sent no valid event for the idle timeout."""
         while True:
             idle_s = self.service.settings.idle_timeout_s
             try:
@@ -229,7 +229,7 @@ class RealtimeConnection:
                     self.last_activity = time.monotonic()
                     continue
                 await self.send(ErrorEvent.of(ProtocolError(
-                    f"No client event for {self.service.settings.idle_timeout_s:g} s; the session is closed.",
+                    f"No valid client event for {self.service.settings.idle_timeout_s:g} s; the session is closed.",
                     code="idle_timeout")))
                 await self.ws.close(1000)
                 return None
