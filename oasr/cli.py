@@ -148,6 +148,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--header-timeout-s", type=float, default=10,
                    help="a connection that has not sent a whole request head this many seconds after opening "
                    "(or after a later request's first byte) gets 408 and is closed")
+    p.add_argument("--max-header-kb", type=float, default=64,
+                   help="largest request head (request line and headers) in KB; a longer one gets 431 and the "
+                   "connection is closed")
     p.add_argument("--allowed-hosts", action="append", default=None, metavar="HOST",
                    help="answer only requests whose Host header names HOST (any port; '*.example.com' for "
                    "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
@@ -161,7 +164,18 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--realtime-max-buffer-s", type=float, default=120,
                    help="audio one realtime session may hold uncommitted; appends past it get an error event")
     p.add_argument("--realtime-idle-timeout-s", type=float, default=300,
-                   help="a realtime session whose client sends nothing this long is closed")
+                   help="a realtime session whose client sends no valid event this long (and has no turn being "
+                   "transcribed) is closed; events answered with an error do not count")
+    p.add_argument("--realtime-max-sessions-per-client", type=int, default=16,
+                   help="realtime sessions one client (peer address) may have open; more are refused with 429 "
+                   "(0: no cap; behind a proxy every client has the proxy's address)")
+    p.add_argument("--realtime-max-sessions-per-key", type=int, default=32,
+                   help="realtime sessions one API key may have open; more are refused with 429 (0: no cap)")
+    p.add_argument("--realtime-max-pending-turns", type=int, default=8,
+                   help="committed turns of one realtime session waiting for their transcript; a commit past it "
+                   "gets an error event until one is answered")
+    p.add_argument("--realtime-max-pending-audio-s", type=float, default=240,
+                   help="audio those waiting turns may hold; a commit past it gets an error event")
     p.add_argument("--max-streams", type=int, default=None, metavar="N",
                    help="a streaming model's stream slots: realtime turns streamed at once (default 64; raise it "
                    "with --realtime-max-sessions, as every session speaking holds one)")
@@ -238,7 +252,7 @@ def cmd_transcribe(args: argparse.Namespace) -> int:
 
 def _serve_settings(args: argparse.Namespace) -> ServerSettings:
     from oasr.serving.app import served_name
-    from oasr.serving.settings import MIB, RealtimeSettings, default_allowed_hosts
+    from oasr.serving.settings import KIB, MIB, RealtimeSettings, default_allowed_hosts
 
     env_key = os.environ.get("OASR_API_KEY")
     return ServerSettings(
@@ -252,10 +266,15 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         request_timeout_s=args.request_timeout_s,
         body_timeout_s=args.body_timeout_s,
         header_timeout_s=args.header_timeout_s,
+        max_head_bytes=int(args.max_header_kb * KIB),
         allowed_hosts=tuple(args.allowed_hosts or default_allowed_hosts(args.host)),
         cors_allow_origins=tuple(args.cors_allow_origin or ()),
         realtime=RealtimeSettings(max_sessions=args.realtime_max_sessions, max_buffer_s=args.realtime_max_buffer_s,
-                                  idle_timeout_s=args.realtime_idle_timeout_s),
+                                  idle_timeout_s=args.realtime_idle_timeout_s,
+                                  max_sessions_per_client=args.realtime_max_sessions_per_client or None,
+                                  max_sessions_per_key=args.realtime_max_sessions_per_key or None,
+                                  max_pending_turns=args.realtime_max_pending_turns,
+                                  max_pending_audio_s=args.realtime_max_pending_audio_s),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,14 +28,28 @@ def output_names(files: Sequence[Path]) -> list[str]:
 
 def write_output(target: Path, text: str) -> None:
     """Writes through a hidden partial file renamed into place, so a failed write (a full disk) leaves no
-    truncated output behind."""
-    partial = target.with_name(f".{target.name}.partial")
+    truncated output behind. The partial file's name is random and created exclusively, so runs writing the
+    same directory at once never share one: each replace is atomic, and the last one wins."""
+    partial = _exclusive_partial(target)
     try:
-        partial.write_text(text, encoding="utf-8")
+        with partial.open("w", encoding="utf-8") as out:
+            out.write(text)
         os.replace(partial, target)
     except OSError:
         partial.unlink(missing_ok=True)
         raise
+
+
+def _exclusive_partial(target: Path) -> Path:
+    """A new, empty ``.NAME.RANDOM.partial`` beside ``target``, created by this call alone (O_EXCL), with the
+    permissions a plain open would give (the umask applies, unlike ``tempfile.mkstemp``'s 0600)."""
+    while True:
+        partial = target.with_name(f".{target.name}.{secrets.token_hex(6)}.partial")
+        try:
+            os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return partial
+        except FileExistsError:  # 48 random bits taken already: draw again
+            continue
 
 
 class StdoutError(Exception):

@@ -20,7 +20,7 @@ import soundfile as sf
 
 import oasr
 from oasr.audio import SAMPLE_RATE, load_audio
-from oasr.audio.bounded import MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from oasr.audio.bounded import MAX_CHANNELS, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, MonoCollector
 from oasr.errors import AudioDecodeError, AudioTooLongError
 from oasr.serving.app import build_app
 from oasr.serving.settings import ServerSettings
@@ -172,10 +172,30 @@ def test_flac_of_unknown_length_stops_decoding_soon_after_the_limit(long_flac_of
     assert peak < 16 * MIB
 
 
+@pytest.mark.parametrize("limit", [LIMIT_S, 3600.0])
+def test_flac_of_unknown_length_is_decoded_no_further_than_the_limit(monkeypatch, limit):
+    """The limit, not the margin the header checks allow (5 %: 3,781 s of a 3,600 s limit), nor a whole block
+    (a minute of 16 kHz mono) past it, is what a stream without a declared length gets decoded to."""
+    decoded_s: list[float] = []
+    add = MonoCollector.add
+
+    def counted_add(self, block):
+        try:
+            add(self, block)
+        finally:
+            decoded_s.append(self.num_frames / self.sample_rate)
+
+    monkeypatch.setattr(MonoCollector, "add", counted_add)
+    hostile = flac_declaring(flac_silence(limit + 120, 16_000, 1), 0)
+    error, _ = refusal(hostile, max_seconds=limit)
+    assert isinstance(error, AudioTooLongError) and error.length == f"the audio runs past {limit:.1f} s"
+    assert limit < max(decoded_s) <= limit + 0.001
+
+
 def test_m4a_whose_headers_say_1_s_stops_decoding_soon_after_the_limit():
     lying = m4a_declaring(aac_silence("ipod", 20), 1.0)
     error, _ = refusal(lying, max_seconds=5.0)
-    assert isinstance(error, AudioTooLongError) and error.length == "the audio runs past 6.2 s"
+    assert isinstance(error, AudioTooLongError) and error.length == "the audio runs past 5.0 s"
     assert load_audio(lying, max_seconds=30.0).shape[0] >= 20 * SAMPLE_RATE  # the packets, not the header, count
 
 
@@ -224,9 +244,9 @@ def test_long_honest_input_is_decoded_holding_about_one_copy_of_its_output():
 def test_limit_is_exact_on_the_decoded_audio():
     ten_seconds = wav(np.zeros(10 * 8_000, dtype=np.float32), 8_000)
     assert load_audio(ten_seconds, max_seconds=10.0).shape == (10 * SAMPLE_RATE,)
-    error, _ = refusal(ten_seconds, max_seconds=9.9)  # within the early refusals' margin: decoded, then refused
+    error, _ = refusal(ten_seconds, max_seconds=9.9)  # within the header checks' margin: stopped while decoding
     assert isinstance(error, AudioTooLongError)
-    assert error.length == "the audio is 10.0 s long" and str(error).endswith("over the limit of 9.9 s")
+    assert error.length == "the audio runs past 9.9 s" and str(error).endswith("over the limit of 9.9 s")
 
 
 def test_infinite_limit_is_no_limit():

@@ -12,6 +12,8 @@ import oasr
 from oasr.bench import soak
 from oasr.bench.soak import Planned, RestartWindow, SoakConfig, plan
 from oasr.bench.soak_faults import FAULT_KINDS, REFUSED_BODIES, lying_wav
+from oasr.bench.soak_realtime import REALTIME_FAULTS, FaultOutcome, summarize_faults
+from oasr.bench.soak_server import ServerOptions, SoakServer
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 
@@ -68,7 +70,7 @@ def test_a_small_soak_loses_nothing_and_every_answer_is_the_offline_text(tmp_pat
     out = tmp_path / "summary.json"
     code = soak.main(["--requests", "40", "--concurrency", "8", "--fault-rate", "0.2", "--model", "tiny.en",
                       "--device", "cpu", "--timeout-s", "120", "--manifest", str(_clips(tmp_path)),
-                      "--json-out", str(out), "--log", str(tmp_path / "server.log")])
+                      "--realtime-rounds", "1", "--json-out", str(out), "--log", str(tmp_path / "server.log")])
     summary = json.loads(out.read_text(encoding="utf-8"))
     assert code == 0 and summary["ok"]
     totals, kinds = summary["totals"], summary["by_kind"]
@@ -78,4 +80,23 @@ def test_a_small_soak_loses_nothing_and_every_answer_is_the_offline_text(tmp_pat
     for kind in REFUSED_BODIES:  # refused, or caught by the restart: never answered as if they were speech
         assert kinds[kind]["completed"] == 0
     assert summary["server"]["restart_s"] is not None and summary["server"]["healthy_at_end"]
+    realtime = summary["realtime_faults"]
+    assert summary["realtime_lost_or_hung"] == [] and set(realtime) == set(REALTIME_FAULTS)
+    assert all(r["sent"] == 1 and r["handled"] + r["refused_by_restart"] == 1 for r in realtime.values())
+    assert len(summary["server"]["rss_mib_by_quarter"]) == 4
     assert summary["server"]["peak_rss_mib"] > 0
+
+
+def test_realtime_faults_are_counted_per_kind_and_memory_per_quarter_of_the_run(tmp_path: Path) -> None:
+    outcomes = [FaultOutcome("deep_json", "handled", "2 invalid_json errors", 0.0, 1.0),
+                FaultOutcome("deep_json", "lost", "ConnectionClosedError", 1.0, 2.0),
+                FaultOutcome("header_bomb", "hung", "no answer in time", 2.0, 3.0)]
+    rows = summarize_faults(outcomes)
+    assert set(rows) == set(REALTIME_FAULTS)
+    assert rows["deep_json"] == {"sent": 2, "handled": 1, "refused_by_restart": 0, "lost": 1, "hung": 0,
+                                 "details": ["2 invalid_json errors", "ConnectionClosedError"]}
+    assert rows["header_bomb"]["hung"] == 1 and rows["session_hog"]["sent"] == 0
+    server = SoakServer(ServerOptions("tiny.en", "cpu", 1, 4.0, tmp_path / "log"))
+    server.rss_samples = [mib << 20 for mib in (100, 300, 100, 100, 200, 100, 100, 100)]
+    assert server.rss_by_quarter() == [{"median": 300.0, "peak": 300.0}, {"median": 100.0, "peak": 100.0},
+                                       {"median": 200.0, "peak": 200.0}, {"median": 100.0, "peak": 100.0}]

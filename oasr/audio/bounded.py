@@ -4,7 +4,9 @@ A file's header can claim anything: a rate of 1 Hz (100 KB of samples that upsam
 length of days, thousands of channels. Each claim a header makes is checked before the first block is decoded;
 then every block is turned into mono at the output rate as it arrives, and decoding stops once it has passed
 the limit. What one input can make this process hold is therefore set by the limit, not by its header, and no
-more than one block of the stream's own rate and channels is held at a time.
+more than one block of the stream's own rate and channels is held at a time. Decoding stops at the limit itself
+(a reader asks only for the frames up to it, ``frames_to_read``), not at the margin the header checks allow: a
+stream that declares no length costs no more than an honest one of the limit's length.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class MonoCollector:
 
     Each ``(frames, channels)`` block at the stream's rate is averaged (or has its channel picked) and resampled
     as it arrives; soxr's streaming resampler gives the same samples as resampling the whole signal at once.
-    Decoding past the limit plus :func:`margin_s` raises :class:`~oasr.errors.AudioTooLongError` before the
+    Decoding past the limit raises :class:`~oasr.errors.AudioTooLongError` before the
     block is kept. ``declared_frames``, the header's length where it gives one, sizes the output once.
     """
 
@@ -106,7 +108,9 @@ class MonoCollector:
         self.num_frames = 0  # frames decoded at the stream's own rate
         self._max_frames: int | None = None
         if target.max_seconds is not None and math.isfinite(target.max_seconds):  # an infinite limit is none
-            self._max_frames = int((target.max_seconds + margin_s(target.max_seconds)) * sample_rate)
+            # The decoded frames are exact (they are what the output holds), so no margin: past the limit by
+            # more than the resampler's rounding (one output sample) is surely refused by the exact check too.
+            self._max_frames = math.ceil((target.max_seconds + 1 / target.sample_rate) * sample_rate) + 1
         self._resampler: soxr.ResampleStream | None = None
         if sample_rate != target.sample_rate:
             self._resampler = soxr.ResampleStream(sample_rate, target.sample_rate, 1, dtype="float32")
@@ -122,6 +126,13 @@ class MonoCollector:
         frames = self.sample_rate if declared_frames is None else max(declared_frames, 0)
         return int(min(bound, frames) * self.target.sample_rate / self.sample_rate) + 2  # + soxr's rounding
 
+    def frames_to_read(self, num_frames: int) -> int:
+        """How many of the next ``num_frames`` a reader should decode: no more than one past the limit, which
+        is where ``add`` refuses, so a block of a minute is not decoded to learn that its first frame is over."""
+        if self._max_frames is None:
+            return num_frames
+        return max(1, min(num_frames, self._max_frames + 1 - self.num_frames))
+
     def add(self, block: np.ndarray) -> None:
         """Take one ``(frames, channels)`` float32 block at the stream's rate."""
         if block.shape[0] == 0:
@@ -129,7 +140,7 @@ class MonoCollector:
         self.num_frames += int(block.shape[0])
         if self._max_frames is not None and self.num_frames > self._max_frames:
             assert self.target.max_seconds is not None
-            raise AudioTooLongError(self.name, f"the audio runs past {self._max_frames / self.sample_rate:.1f} s",
+            raise AudioTooLongError(self.name, f"the audio runs past {self.target.max_seconds:.1f} s",
                                     self.target.max_seconds)
         mono = np.ascontiguousarray(self._pick(block), dtype=np.float32)
         if self._resampler is not None:

@@ -204,7 +204,7 @@ def _decode_with_soundfile(src: _Input, target: DecodeTarget) -> MonoCollector:
             # so a short MP3 is read in one piece, exactly as a whole-file read decodes it.
             num_frames = max(1, f.frames)
         while True:
-            block = f.read(num_frames, dtype="float32", always_2d=True)
+            block = f.read(collector.frames_to_read(num_frames), dtype="float32", always_2d=True)
             if block.shape[0] == 0:
                 return collector
             collector.add(block)

@@ -146,7 +146,8 @@ def _serve_args(args: argparse.Namespace, model: str, port: int) -> list[str]:
     # The bench's sessions all come from one address and no key: the per-client and per-key caps are off.
     return serve_command("--model", model, "--port", str(port), "--device", args.device, "--dtype", args.dtype,
                          "--max-queue", "4096", "--max-queue-per-client", "0", "--max-queue-per-key", "0",
-                         "--realtime-max-sessions", str(sessions), "--max-streams", str(sessions))
+                         "--realtime-max-sessions", str(sessions), "--max-streams", str(sessions),
+                         "--realtime-max-sessions-per-client", "0", "--realtime-max-sessions-per-key", "0")
 
 
 def bench(args: argparse.Namespace) -> dict:

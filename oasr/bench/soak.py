@@ -4,7 +4,9 @@ restart of the server mid-run. Every normal answer must carry the offline text o
     python -m oasr.bench.soak --requests 2000 --concurrency 32 --fault-rate 0.2 --model tiny.en --device cpu
 
 Faults (``oasr.bench.soak_faults``): corrupt, empty, oversize and lying-header uploads, clients that leave
-mid-upload or mid-decode, and slow clients that trickle their body. Each request ends as one of:
+mid-upload or mid-decode, and slow clients that trickle their body. Beside them, ``--realtime-rounds`` rounds of
+the realtime and request-head faults (``oasr.bench.soak_realtime``: deep JSON, commit floods, a session hog, a
+header bomb), each expecting the answer the server's limits promise. Each request ends as one of:
 
 - completed: a 200 answer;
 - refused: an error status (counted per code), or the connection reset under an oversize upload;
@@ -14,7 +16,9 @@ mid-upload or mid-decode, and slow clients that trickle their body. Each request
 - lost: the server closed the connection without an answer, or could not be reached, outside the restart;
 - hung: no answer within ``--timeout-s``.
 
-The exit status is 1 when any request was lost or hung, or a normal answer's text differs from
+The server's memory is sampled throughout; the summary gives its RSS in each quarter of the run (median and
+peak), to show it flat. The exit status is 1 when any request or fault was lost or hung, or a normal answer's
+text differs from
 ``oasr.transcribe`` on the same clip (computed once per clip); the JSON summary and a table are printed.
 """
 
@@ -45,6 +49,7 @@ from oasr.bench.soak_faults import (
     trickled,
     whole,
 )
+from oasr.bench.soak_realtime import REALTIME_FAULTS, FaultOutcome, run_fault, summarize_faults
 from oasr.bench.soak_server import ServerOptions, SoakServer, free_port
 
 DEFAULT_CLIP = Path(oasr.__file__).parent / "assets" / "jfk.flac"
@@ -64,8 +69,11 @@ class SoakConfig:
     restart: bool = True
     seed: int = 0
     deadline_s: float | None = None  # no request is sent after this many seconds (those in flight finish)
+    realtime_rounds: int = 1  # rounds of the realtime and request-head faults (each kind once a round)
 
     def __post_init__(self) -> None:
+        if self.realtime_rounds < 0:
+            raise ValueError(f"--realtime-rounds must be >= 0, got {self.realtime_rounds}")
         if self.num_requests < 1 or self.concurrency < 1:
             raise ValueError("--requests and --concurrency must be >= 1")
         if not 0.0 <= self.fault_rate <= 1.0:
@@ -187,6 +195,7 @@ async def run_one(http: httpx.AsyncClient, url: str, item: Planned, upload: Uplo
 class SoakEvents:
     restart_s: float | None = None  # how long the planned restart had the server away
     unexpected_exits: int = 0  # server deaths the soak did not cause (it starts the server again)
+    realtime: list[FaultOutcome] = field(default_factory=list)  # the realtime and request-head faults
 
 
 def upload_for(item: Planned, clips: list[tuple[str, bytes]], config: SoakConfig, rng: random.Random) -> Upload:
@@ -239,11 +248,27 @@ async def soak(config: SoakConfig, server: SoakServer) -> tuple[list[Outcome], S
             upload = upload_for(item, clips, config, rng)
             outcomes.append(await run_one(http, server.url, item, upload, config, window, rng))
 
+    async def realtime_faults() -> None:
+        """The rounds one after another, spread over the run: one round per share of the requests sent."""
+        for round_index in range(config.realtime_rounds):
+            while len(outcomes) < round_index * config.num_requests // max(config.realtime_rounds, 1) and todo:
+                await asyncio.sleep(0.1)
+            for kind in REALTIME_FAULTS:
+                await window.up.wait()
+                if time.monotonic() > stop_at:
+                    return
+                started = time.monotonic()
+                outcome, detail = await run_fault(kind, server.url, config.timeout_s)
+                ended = time.monotonic()
+                if outcome == "lost" and window.overlaps(started, ended):
+                    outcome = "refused_by_restart"
+                events.realtime.append(FaultOutcome(kind, outcome, detail, started, ended))
+
     limits = httpx.Limits(max_connections=config.concurrency, max_keepalive_connections=0)
     watcher, sampler = asyncio.ensure_future(watch()), asyncio.ensure_future(server.sample_memory())
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits) as http:
-            await asyncio.gather(*(client(http) for _ in range(config.concurrency)))
+            await asyncio.gather(realtime_faults(), *(client(http) for _ in range(config.concurrency)))
         await asyncio.gather(*background)
     finally:
         watcher.cancel()
@@ -278,6 +303,8 @@ def summarize(config: SoakConfig, outcomes: list[Outcome], offline: dict[int, st
     checked = [o for o in outcomes if o.kind in TEXT_KINDS and o.status == 200]
     mismatches = [o for o in checked if o.text != offline[o.clip]]
     troubles = [o for o in outcomes if o.outcome in ("lost", "hung")]
+    realtime = summarize_faults(events.realtime)
+    realtime_troubles = [o for o in events.realtime if o.outcome in ("lost", "hung")]
     return {
         "config": {**{k: v for k, v in asdict(config).items() if k != "clips"},
                    "clips": [str(p) for p in config.clips]},
@@ -289,6 +316,9 @@ def summarize(config: SoakConfig, outcomes: list[Outcome], offline: dict[int, st
                                   "got": o.text} for o in mismatches[:5]]},
         "lost_or_hung": [{"index": o.index, "kind": o.kind, "outcome": o.outcome, "detail": o.detail}
                          for o in troubles[:10]],
+        "realtime_faults": realtime,
+        "realtime_lost_or_hung": [{"kind": o.kind, "outcome": o.outcome, "detail": o.detail}
+                                  for o in realtime_troubles[:10]],
         "not_sent": config.num_requests - len(outcomes),
         "server": {"peak_rss_mib": round(server.peak_rss_bytes / (1 << 20), 1),
                    "peak_pss_mib": round(server.peak_pss_bytes / (1 << 20), 1),
@@ -296,11 +326,12 @@ def summarize(config: SoakConfig, outcomes: list[Outcome], offline: dict[int, st
                                                for role, size in sorted(server.peak_pss_by_role.items())},
                    "pss_breakdown_mib": {role: {name: round(size / (1 << 20), 1) for name, size in mappings}
                                          for role, (_, mappings) in sorted(server.peak_mappings_by_role.items())},
+                   "rss_mib_by_quarter": server.rss_by_quarter(),
                    "restart_s": events.restart_s,
                    "unexpected_exits": events.unexpected_exits, "exit_codes": server.exit_codes,
                    "killed_after_sigterm": server.num_killed, "healthy_at_end": healthy_at_end},
         "wall_s": round(wall_s, 1),
-        "ok": totals["lost"] == 0 and totals["hung"] == 0 and not mismatches,
+        "ok": totals["lost"] == 0 and totals["hung"] == 0 and not mismatches and not realtime_troubles,
     }
 
 
@@ -317,10 +348,18 @@ def print_table(summary: dict, out=sys.stdout) -> None:
     out.write(f"texts equal to offline: {t['equal']}/{t['checked']}; 5xx answers: {summary['server_errors_5xx']}; "
               f"server peak RSS {s['peak_rss_mib']} MiB (PSS {s['peak_pss_mib']} MiB); restart {s['restart_s']} s; "
               f"unexpected exits {s['unexpected_exits']}; healthy at end: {s['healthy_at_end']}\n")
+    for kind, r in summary["realtime_faults"].items():
+        out.write(f"realtime {kind:<14}sent {r['sent']}, handled {r['handled']}, restart "
+                  f"{r['refused_by_restart']}, lost {r['lost']}, hung {r['hung']}: {'; '.join(r['details'][:2])}\n")
+    quarters = s["rss_mib_by_quarter"]
+    out.write("server RSS by quarter of the run (median / peak MiB): "
+              + ", ".join(f"{q['median']} / {q['peak']}" for q in quarters) + "\n")
     if summary["not_sent"]:
         out.write(f"stopped at the deadline: {summary['not_sent']} requests not sent\n")
+    num_troubles = len(summary["realtime_lost_or_hung"])
     out.write(f"{'OK' if summary['ok'] else 'FAILED'}: {summary['totals']['lost']} lost, "
-              f"{summary['totals']['hung']} hung, {t['checked'] - t['equal']} text mismatches in {summary['wall_s']} s\n")
+              f"{summary['totals']['hung']} hung, {num_troubles} realtime faults lost or hung, "
+              f"{t['checked'] - t['equal']} text mismatches in {summary['wall_s']} s\n")
 
 
 def manifest_clips(manifest: Path, num_clips: int, max_bytes: int) -> tuple[Path, ...]:
@@ -374,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline-s", type=float, default=None,
                    help="send no request after this many seconds; the summary counts the ones not sent")
+    p.add_argument("--realtime-rounds", type=int, default=1,
+                   help="rounds of the realtime and request-head faults (deep JSON, commit flood, session hog, "
+                   "header bomb), spread over the run; 0: none")
     p.add_argument("--json-out", type=Path, default=None, help="also write the JSON summary here")
     p.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "oasr-soak-server.log",
                    help="the server's output")
@@ -387,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = SoakConfig(args.model, args.device, args.requests, args.concurrency, args.fault_rate,
                             args.timeout_s, args.max_upload_mb, clips, restart=not args.no_restart, seed=args.seed,
-                            deadline_s=args.deadline_s)
+                            deadline_s=args.deadline_s, realtime_rounds=args.realtime_rounds)
     except ValueError as exc:
         print(f"soak: error: {exc}", file=sys.stderr)
         return 2

@@ -117,6 +117,7 @@ class SoakServer:
         self.peak_mappings_by_role: dict[str, tuple[int, list[tuple[str, int]]]] = {}
         self.exit_codes: list[int] = []
         self.num_killed = 0  # stops that SIGTERM did not finish within _STOP_WAIT_S
+        self.rss_samples: list[int] = []  # every sample's RSS, in order (4 a second: small for hours)
 
     def command(self) -> list[str]:
         o = self.options
@@ -181,6 +182,7 @@ class SoakServer:
             if self.process is not None:
                 memory = tree_memory(self.process.pid)
                 self.peak_rss_bytes = max(self.peak_rss_bytes, memory.rss_bytes)
+                self.rss_samples.append(memory.rss_bytes)
                 self.peak_pss_bytes = max(self.peak_pss_bytes, memory.pss_bytes)
                 for role, size in memory.pss_by_role.items():
                     self.peak_pss_by_role[role] = max(self.peak_pss_by_role.get(role, 0), size)
@@ -188,6 +190,17 @@ class SoakServer:
                 if samples % breakdown_every == 0:
                     self._sample_mappings(self.process.pid)
             await asyncio.sleep(interval_s)
+
+    def rss_by_quarter(self) -> list[dict[str, float]]:
+        """The RSS samples in four equal spans of the run: each span's median and peak in MiB (flat memory:
+        the later medians no higher than the first by more than noise)."""
+        samples, quarters = self.rss_samples, []
+        for n in range(4):
+            span = sorted(samples[n * len(samples) // 4 : (n + 1) * len(samples) // 4])
+            if span:
+                quarters.append({"median": round(span[len(span) // 2] / (1 << 20), 1),
+                                 "peak": round(span[-1] / (1 << 20), 1)})
+        return quarters
 
     def _sample_mappings(self, root: int) -> None:
         todo = [root]

@@ -18,6 +18,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import JSONResponse
 
 from oasr.engine.config import EngineConfig
+from oasr.serving.auth import KeyedDocumentsMiddleware
 from oasr.serving.connections import uvicorn_config
 from oasr.hosting.engine_client import EngineClient
 from oasr.serving.hosts import AllowedHostsMiddleware
@@ -43,6 +44,7 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     app.state.created = int(time.time())
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)
+    app.add_middleware(KeyedDocumentsMiddleware, keys=settings.api_keys)  # /openapi.json: the key, as /v1
     if settings.cors_allow_origins:
         # Bearer keys travel in a header, not in cookies: no credentials mode. Any request header, since
         # OpenAI's JavaScript client sends its own (x-stainless-*); Retry-After readable by the page.

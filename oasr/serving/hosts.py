@@ -4,6 +4,9 @@ A keyless server on loopback is reachable from any page a local browser opens: t
 DNS name to 127.0.0.1 and its scripts call the server as same-origin. The request still carries the site's
 name in Host, so a server that answers loopback names only (``oasr serve``'s default on a loopback address)
 refuses it before any route runs, with a 400 in OpenAI's error shape.
+
+A request with two Host headers is refused whatever the allowed names (RFC 9112 section 3.2 asks for a 400):
+a proxy in front may route by one and the app read the other.
 """
 
 from __future__ import annotations
@@ -46,17 +49,28 @@ class AllowedHostsMiddleware:
         return name in self.exact or any(name.endswith(suffix) for suffix in self.suffixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or ANY_HOST in self.allowed:
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        header = next((value.decode("latin-1") for key, value in scope["headers"] if key == b"host"), None)
-        if header is not None and self.allows(host_name(header)):
-            await self.app(scope, receive, send)
+        hosts = [value.decode("latin-1") for key, value in scope["headers"] if key == b"host"]
+        if len(hosts) > 1:
+            await _refuse(scope, receive, send, "two host headers", APIError(
+                400, f"The request has {len(hosts)} Host headers; send one.", code="invalid_host"))
             return
-        if scope["type"] == "websocket":  # closing before the accept refuses the handshake (403)
-            await send({"type": "websocket.close", "code": 1008, "reason": "host not allowed"})
+        header = hosts[0] if hosts else None
+        if ANY_HOST in self.allowed or (header is not None and self.allows(host_name(header))):
+            await self.app(scope, receive, send)
             return
         named = f"Host '{header[:_MAX_ECHOED_CHARS]}'" if header is not None else "A request without a Host header"
-        error = APIError(400, f"{named} is not served here; this server answers to {', '.join(self.allowed)} "
-                         "(oasr serve --allowed-hosts).", code="invalid_host")
-        await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
+        await _refuse(scope, receive, send, "host not allowed", APIError(
+            400, f"{named} is not served here; this server answers to {', '.join(self.allowed)} "
+            "(oasr serve --allowed-hosts).", code="invalid_host"))
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, reason: str, error: APIError) -> None:
+    """``error`` for an HTTP request; a WebSocket handshake is closed with ``reason``, which a close frame
+    must keep short."""
+    if scope["type"] == "websocket":  # closing before the accept refuses the handshake (403)
+        await send({"type": "websocket.close", "code": 1008, "reason": reason})
+        return
+    await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)

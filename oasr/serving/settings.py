@@ -5,7 +5,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+KIB = 1 << 10
 MIB = 1 << 20
+# A request head's limit: 4 times nginx's default (4 buffers of 8 KiB), room for long cookies and tokens.
+DEFAULT_MAX_HEAD_KB = 64
 # OpenAI's own upload limit for /v1/audio/*.
 DEFAULT_MAX_UPLOAD_MB = 25
 # The Host names a server listening on loopback answers by default: a page on another site that rebinds its
@@ -23,7 +26,17 @@ class RealtimeSettings:
     """``GET /v1/realtime?intent=transcription`` (WebSocket): what one server and one session may hold."""
 
     max_sessions: int = 64  # sessions open at once; more are refused (429) before the socket is accepted
+    # Sessions one client (peer address) or one API key may have open at once; more are refused (429) before the
+    # socket is accepted, so one client cannot take every session. None: no cap. Behind a reverse proxy every
+    # client has the proxy's address (as for the HTTP caps).
+    max_sessions_per_client: int | None = 16
+    max_sessions_per_key: int | None = 32
     max_buffer_s: float = 120.0  # audio one uncommitted buffer holds; an append past it gets an error event
+    # Committed turns of one session not yet answered (queued, or being transcribed), and their audio. A commit
+    # past either gets an error event (a turn the server VAD cut is dropped, with one) until the backlog drains,
+    # so a client sending audio faster than it is transcribed cannot queue without bound.
+    max_pending_turns: int = 8
+    max_pending_audio_s: float = 240.0
     max_event_bytes: int = DEFAULT_MAX_EVENT_MB * MIB  # larger client events get an error event
     # The socket's own frame limit: frames up to it are read and answered (an error event past
     # ``max_event_bytes``), larger ones close the socket (1009). Above max_event_bytes, so a client one event
@@ -33,10 +46,13 @@ class RealtimeSettings:
     vad: str = "silero"  # the VAD detector (``oasr.vad`` registry) behind server_vad turn detection
 
     def __post_init__(self) -> None:
-        for name in ("max_sessions", "max_event_bytes"):
+        for name in ("max_sessions", "max_event_bytes", "max_pending_turns"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RealtimeSettings.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_buffer_s", "idle_timeout_s"):
+        for name in ("max_sessions_per_client", "max_sessions_per_key"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"RealtimeSettings.{name} must be >= 1 or None, got {getattr(self, name)}")
+        for name in ("max_buffer_s", "idle_timeout_s", "max_pending_audio_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"RealtimeSettings.{name} must be > 0, got {getattr(self, name)}")
         if self.max_frame_bytes < self.max_event_bytes:
@@ -64,6 +80,9 @@ class ServerSettings:
     # A connection that has not sent a whole request head this long after it opened (or after the first byte of
     # a later request on it) is answered 408 and closed; uvicorn itself only times out idle keep-alive ones.
     header_timeout_s: float = 10.0
+    # The most a request head (request line and headers) may take; a longer one gets 431 and the connection is
+    # closed (uvicorn's httptools parser has no limit of its own, and buffers a header line whole).
+    max_head_bytes: int = DEFAULT_MAX_HEAD_KB * KIB
     retry_after_s: int = 1  # the Retry-After a 429 carries
     # Host header names answered (any port; "*": any host). Others get 400: see ``default_allowed_hosts``.
     allowed_hosts: tuple[str, ...] = (ANY_HOST,)
@@ -73,7 +92,7 @@ class ServerSettings:
     def __post_init__(self) -> None:
         if not self.served_model_name:
             raise ValueError("ServerSettings.served_model_name must not be empty")
-        for name in ("max_upload_bytes", "max_in_flight", "retry_after_s"):
+        for name in ("max_upload_bytes", "max_in_flight", "retry_after_s", "max_head_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ServerSettings.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_in_flight_per_client", "max_in_flight_per_key"):

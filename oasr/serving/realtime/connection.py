@@ -9,7 +9,14 @@ the turn's first audio arrives (commit mode) or when the VAD hears speech start,
 the commit; its text goes out as deltas while the turn is spoken, and ``completed`` follows the stream's last
 event. The turn boundaries are the buffer's either way. A socket that closes cancels the turns' tasks, which
 aborts their engine requests and streams. Bad client input is answered with an ``error`` event and the session
-goes on.
+goes on: that includes JSON nested too deeply or holding a number too long for Python to read, which is logged in
+one line.
+
+Limits (``RealtimeSettings``): committed turns not yet answered are bounded per session (``TurnBacklog``), and
+a commit past them gets an error event; the sessions one client or one API key may hold are counted here
+(``RealtimeService.open_session``). The idle clock counts valid client events only: an event the session acted
+on (an append, commit, clear or update it accepted) resets it, and so does a turn still being answered; an event
+answered with an ``error`` (or a binary frame) does not, so sending garbage does not keep a session open.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from oasr.hosting.live_stream import LiveStream
 from oasr.hosting.relay import EngineDeadError
 from oasr.errors import OASRError, UnsupportedOptionError
+from oasr.serving.admission import OpenCounts, Ticket, busy
 from oasr.serving.decoding import StreamedText
 from oasr.serving.protocol import APIError
 from oasr.serving.realtime.audio import InputAudio
@@ -57,10 +65,12 @@ from oasr.serving.realtime.protocol import (
 )
 from oasr.serving.realtime.session import (
     SAMPLE_RATE,
+    BacklogFullError,
     Committed,
     EmptyBufferError,
     SpeechStarted,
     SpeechStopped,
+    TurnBacklog,
     TurnBuffer,
 )
 from oasr.serving.realtime.vad import DetectorHandle, StreamScorer, UnavailableVADError
@@ -70,19 +80,54 @@ from oasr.types import DecodeOptions
 
 log = logging.getLogger(__name__)
 _UPDATES = ("session.update", "transcription_session.update")
-# An event too large to parse may still name itself near either end; the error then says which it was.
+# An event too large or unreadable may still name itself near either end; the error then says which it was.
 _EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
 _PEEK_CHARS = 512
 
 
+def _peeked_event_id(text: str) -> str | None:
+    """The ``event_id`` an event that could not be parsed names near either end, if any."""
+    found = _EVENT_ID.search(text[:_PEEK_CHARS]) or _EVENT_ID.search(text[-_PEEK_CHARS:])
+    return found.group(1) if found else None
+
+
 class RealtimeService:
-    """What every session of one app shares: the serving logic, the detector, the count of open sessions."""
+    """What every session of one app shares: the serving logic, the detector, the open sessions (all of them,
+    and per client and per API key). Used on the event loop only."""
 
     def __init__(self, serving: OpenAIServingTranscription) -> None:
         self.serving = serving
         self.settings = serving.settings.realtime
         self.detector = DetectorHandle(self.settings.vad)
         self.num_sessions = 0
+        self.clients = OpenCounts(self.settings.max_sessions_per_client)
+        self.keys = OpenCounts(self.settings.max_sessions_per_key)
+
+    def open_session(self, client: str, key: int | None) -> Ticket:
+        """A session's place, or the 429 ``APIError`` saying which cap is full: the server's, the client's
+        (peer address) or the API key's (``key``, its index; None on an open server)."""
+        retry_after_s = self.serving.settings.retry_after_s
+        if self.num_sessions >= self.settings.max_sessions:
+            raise busy(f"The server has its maximum of {self.settings.max_sessions} realtime sessions open; "
+                       "retry shortly.", retry_after_s, code="too_many_sessions")
+        if self.clients.full(client):
+            raise busy(f"This client already has {self.clients.limit} realtime sessions open, the most one client "
+                       "may; close one first.", retry_after_s, code="too_many_sessions_per_client")
+        if key is not None and self.keys.full(key):
+            raise busy(f"This API key already has {self.keys.limit} realtime sessions open, the most one key may; "
+                       "close one first.", retry_after_s, code="too_many_sessions_per_key")
+        self.num_sessions += 1
+        self.clients.add(client)
+        if key is not None:
+            self.keys.add(key)
+
+        def release() -> None:
+            self.num_sessions -= 1
+            self.clients.remove(client)
+            if key is not None:
+                self.keys.remove(key)
+
+        return Ticket(release)
 
 
 @dataclass(frozen=True)
@@ -141,6 +186,9 @@ class RealtimeConnection:
         self.scorer: StreamScorer | None = None
         self.turns: asyncio.Queue[QueuedTurn] = asyncio.Queue()
         self.num_open_turns = 0  # queued or transcribing (or streaming)
+        settings = service.settings
+        self.backlog = TurnBacklog(settings.max_pending_turns, int(settings.max_pending_audio_s * SAMPLE_RATE))
+        self.last_activity = time.monotonic()  # of the last valid client event (see the module's docstring)
         capabilities = self.serving.engine.capabilities
         self.streaming = capabilities is not None and capabilities.streaming is not None
         self.live: LiveTurn | None = None  # the streamed turn being spoken
@@ -170,15 +218,18 @@ class RealtimeConnection:
             await asyncio.gather(worker, *(live.task for live in self._streamed), return_exceptions=True)
 
     async def _receive(self) -> str | None:
-        """The next text frame; None once the client has gone or stayed silent past the idle timeout."""
+        """The next text frame; None once the client has gone, or sent no valid event for the idle timeout."""
         while True:
+            idle_s = self.service.settings.idle_timeout_s
             try:
-                message = await asyncio.wait_for(self.ws.receive(), self.service.settings.idle_timeout_s)
+                message = await asyncio.wait_for(self.ws.receive(),
+                                                 max(0.0, self.last_activity + idle_s - time.monotonic()))
             except TimeoutError:
-                if self.num_open_turns:
+                if self.num_open_turns:  # a turn still being answered: the session is not idle
+                    self.last_activity = time.monotonic()
                     continue
                 await self.send(ErrorEvent.of(ProtocolError(
-                    f"No client event for {self.service.settings.idle_timeout_s:g} s; the session is closed.",
+                    f"No valid client event for {self.service.settings.idle_timeout_s:g} s; the session is closed.",
                     code="idle_timeout")))
                 await self.ws.close(1000)
                 return None
@@ -203,25 +254,51 @@ class RealtimeConnection:
     # ------------------------------------------------------------------ client events
 
     async def _handle(self, text: str) -> None:
+        """Acts on one client event, or answers it with an ``error`` event; only an event acted on counts as
+        activity for the idle clock."""
         event_id = None
         try:
             limit = self.service.settings.max_event_bytes
             if len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit:
-                found = _EVENT_ID.search(text[:_PEEK_CHARS]) or _EVENT_ID.search(text[-_PEEK_CHARS:])
-                event_id = found.group(1) if found else None
+                event_id = _peeked_event_id(text)
                 raise ProtocolError(f"The event is larger than this server's limit of {limit} bytes; send audio "
                                     "in smaller appends.", code="event_too_large")
             try:
-                event = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ProtocolError(f"The event is not valid JSON: {exc.msg}.", code="invalid_json") from None
+                event = self._parse(text)
+            except ProtocolError:
+                event_id = _peeked_event_id(text)
+                raise
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ProtocolError("An event is a JSON object with a string 'type'.", code="invalid_event",
                                     param="type")
             event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
-            await self._dispatch(event)
+            try:
+                await self._dispatch(event)
+            except RecursionError:  # a value parsed, but too deep for the code that reads it
+                self._log_unreadable("a value nested too deeply")
+                raise ProtocolError("The event nests its values too deeply.", code="invalid_event") from None
+            self.last_activity = time.monotonic()
         except ProtocolError as exc:
             await self.send(ErrorEvent.of(exc, event_id))
+
+    def _parse(self, text: str) -> Any:
+        """The event's JSON; raises ``ProtocolError`` for text that is not JSON, or that Python's parser cannot
+        read: nesting past the interpreter's recursion limit, or an integer over its digit limit (4,300)."""
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProtocolError(f"The event is not valid JSON: {exc.msg}.", code="invalid_json") from None
+        except RecursionError:
+            self._log_unreadable("JSON nested too deeply")
+            raise ProtocolError("The event's JSON nests too deeply to be read.", code="invalid_json") from None
+        except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion ..."
+            self._log_unreadable(f"a number too long ({str(exc).partition(':')[0]})")
+            raise ProtocolError("The event's JSON holds a number too long to be read.",
+                                code="invalid_json") from None
+
+    def _log_unreadable(self, what: str) -> None:
+        log.info("realtime session %s (client %s): refused an event holding %s", self.session_id, self.client,
+                 what)
 
     async def _dispatch(self, event: dict[str, Any]) -> None:
         kind = event["type"]
@@ -278,6 +355,10 @@ class RealtimeConnection:
             self._feed(arrived)
 
     async def _commit(self) -> None:
+        try:  # the whole buffer bounds the turn (with speech open it starts later), the resampler's tail aside
+            self.backlog.check(self.buffer.num_buffered_samples)
+        except BacklogFullError as exc:
+            raise self._backlog_error(exc, "the buffer is kept; commit it") from None
         self.buffer.append(self.audio.flush(), bounded=False)  # the resampler's tail belongs to this turn
         try:
             committed = self.buffer.commit()
@@ -285,15 +366,32 @@ class RealtimeConnection:
             raise ProtocolError("Cannot commit an empty input audio buffer; append audio first.",
                                 code="input_audio_buffer_commit_empty") from None
         await self._restart_scorer()
-        await self._committed(committed)
+        await self._committed(committed, checked=True)
 
-    async def _committed(self, committed: Committed, arrived: float | None = None) -> None:
+    async def _committed(self, committed: Committed, arrived: float | None = None, *, checked: bool = False) -> None:
+        """``checked``: the backlog was checked before the turn was cut (a client's commit); a turn the server VAD
+        cut is checked here, and dropped when it does not fit."""
+        if not checked:
+            try:
+                self.backlog.check(len(committed.audio))
+            except BacklogFullError as exc:
+                if self.live is not None and self.live.item_id == committed.item_id:
+                    self._drop_live()
+                await self.send(ErrorEvent.of(self._backlog_error(exc, f"turn {committed.item_id} is dropped")))
+                return
+        self.backlog.add(len(committed.audio))
         await self.send(CommittedEvent(item_id=committed.item_id, previous_item_id=committed.previous_item_id))
         if self.streaming:
             self._end_live(committed, time.perf_counter() if arrived is None else arrived)
             return
         self.num_open_turns += 1
         self.turns.put_nowait(QueuedTurn(committed, self._options(self.config), time.perf_counter()))
+
+    @staticmethod
+    def _backlog_error(exc: BacklogFullError, outcome: str) -> ProtocolError:
+        return ProtocolError(f"Too many turns waiting: {exc}; {outcome} again once a transcript has come "
+                             "(this server's --realtime-max-pending-turns / --realtime-max-pending-audio-s).",
+                             code="too_many_pending_turns")
 
     async def _update(self, event: dict[str, Any]) -> None:
         config = updated_config(self.config, event)
@@ -360,6 +458,9 @@ class RealtimeConnection:
     def _answered(self, live: LiveTurn) -> None:
         self.num_open_turns -= 1
         self._streamed.remove(live)
+        if live.committed.done():  # a committed turn leaves the backlog (a dropped one never entered it)
+            committed, _ = live.committed.result()
+            self.backlog.remove(len(committed.audio))
 
     def _feed(self, arrived: float) -> None:
         """Sends the live turn the audio buffered since its last push; in commit mode, the first audio of a
@@ -442,6 +543,7 @@ class RealtimeConnection:
                 return
             finally:
                 self.num_open_turns -= 1
+                self.backlog.remove(len(turn.committed.audio))
 
     async def _transcribe(self, turn: QueuedTurn) -> None:
         item_id = turn.committed.item_id

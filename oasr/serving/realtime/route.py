@@ -3,6 +3,7 @@
 Before the socket is accepted: the API key (as /v1's HTTP routes check it; a browser, which cannot set headers
 here, offers it as a subprotocol), the intent, the page's Origin (a browser page may open a socket to any site it
 likes; only the server's own page at ``/`` and origins allowed for CORS may) and the session cap.
+The session caps are the server's, the client's (peer address) and the API key's (``RealtimeService.open_session``).
 A refusal is answered as an HTTP response in OpenAI's error shape where the server supports that (uvicorn's
 ``websocket.http.response`` extension), else by closing the handshake (403).
 """
@@ -15,7 +16,6 @@ from fastapi import APIRouter
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
-from oasr.serving.admission import busy
 from oasr.serving.auth import REALTIME_SUBPROTOCOL, api_key_index, websocket_authorization
 from oasr.serving.protocol import APIError
 from oasr.serving.realtime.connection import RealtimeConnection, RealtimeService
@@ -36,20 +36,20 @@ def add_realtime_route(router: APIRouter) -> None:
         service = realtime_service(websocket)
         try:
             api_key = _admit(websocket, service)
+            place = service.open_session(websocket.client.host if websocket.client else "", api_key)
         except APIError as exc:
             await _refuse(websocket, exc)
             return
         offered = list(websocket.scope.get("subprotocols", []))
         beta = ("realtime=v1" in websocket.headers.get("openai-beta", "").replace(" ", "")
                 or _BETA_SUBPROTOCOL in offered)
-        service.num_sessions += 1
         service.serving.metrics.realtime_sessions.inc()
         try:
             # A browser that offered subprotocols drops a socket whose answer names none of them.
             await websocket.accept(REALTIME_SUBPROTOCOL if REALTIME_SUBPROTOCOL in offered else None)
             await RealtimeConnection(websocket, service, "beta" if beta else "ga", api_key).run()
         finally:
-            service.num_sessions -= 1
+            place.release()
             service.serving.metrics.realtime_sessions.dec()
 
 
@@ -67,9 +67,6 @@ def _admit(websocket: WebSocket, service: RealtimeService) -> int | None:
                                                   settings.cors_allow_origins):
         raise APIError(403, f"Origin '{origin[:128]}' may not open realtime sessions here "
                        "(oasr serve --cors-allow-origin).", code="origin_not_allowed")
-    if service.num_sessions >= service.settings.max_sessions:
-        raise busy(f"The server has its maximum of {service.settings.max_sessions} realtime sessions open; "
-                   "retry shortly.", settings.retry_after_s, code="too_many_sessions")
     return api_key
 
 

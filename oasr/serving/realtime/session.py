@@ -91,6 +91,42 @@ class BufferFullError(ValueError):
     """An append that would take the buffer past its limit."""
 
 
+class BacklogFullError(ValueError):
+    """A turn that would take the session's committed-but-unanswered turns past their limit."""
+
+
+class TurnBacklog:
+    """A session's committed turns not yet answered (queued, transcribing or finishing their stream) and their
+    samples, each bounded: a client that sends audio faster than it is transcribed is refused, not queued."""
+
+    def __init__(self, max_turns: int, max_samples: int) -> None:
+        self.max_turns = max_turns
+        self.max_samples = max_samples
+        self.num_turns = 0
+        self.num_samples = 0
+
+    def check(self, num_samples: int) -> None:
+        """Raises ``BacklogFullError`` when one more turn of ``num_samples`` would not fit."""
+        if self.num_turns >= self.max_turns:
+            raise BacklogFullError(f"{self.num_turns} committed turns are still being transcribed, the most one "
+                                   "session may have")
+        if self.num_turns and self.num_samples + num_samples > self.max_samples:
+            # One turn alone always fits (the input buffer bounds it), so a long turn is never refused forever.
+            raise BacklogFullError(f"the committed turns still being transcribed hold "
+                                   f"{self.num_samples / SAMPLE_RATE:.1f} s of audio; with this turn's "
+                                   f"{num_samples / SAMPLE_RATE:.1f} s they would pass the session's "
+                                   f"{self.max_samples / SAMPLE_RATE:g} s")
+
+    def add(self, num_samples: int) -> None:
+        """Counts a turn in, checked or not (a commit checked before its resampler's tail was added)."""
+        self.num_turns += 1
+        self.num_samples += num_samples
+
+    def remove(self, num_samples: int) -> None:
+        self.num_turns -= 1
+        self.num_samples -= num_samples
+
+
 def random_item_ids() -> Callable[[], str]:
     """OpenAI-looking item ids: ``item_`` and 24 hex digits, random per session, counted within it."""
     prefix = np.random.default_rng().bytes(8).hex()
