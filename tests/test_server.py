@@ -177,7 +177,7 @@ def test_models_lists_the_served_model_and_knows_the_alias(client):
 
 
 def test_health_and_metrics_are_open_and_count_requests(client, server):
-    assert httpx.get(f"{server}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{server}/health").json() == {"status": "ok", "model": "tiny.en", "version": oasr.__version__}
     transcribe(client, JFK, model="tiny.en")
     values = metrics(server)
     assert values['oasr_http_requests_total{route="/v1/audio/transcriptions",status="200"}'] >= 1

@@ -44,7 +44,7 @@ def test_killed_core_fails_in_flight_requests_with_503_and_health_says_so():
         slow = SlowEngine(engine)  # 400 tokens a window: both requests are surely still decoding at the kill
         with running_server(build_app(slow, ServerSettings(served_model_name="tiny.en"))) as url, \
                 ThreadPoolExecutor(1) as pool:
-            assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+            assert httpx.get(f"{url}/health").json()["status"] == "ok"
             stream = transcribe(url, stream=True)
             events = iter(stream)
             assert next(events).type == "transcript.text.delta"
@@ -62,7 +62,7 @@ def test_killed_core_fails_in_flight_requests_with_503_and_health_says_so():
             assert "The engine has stopped" in info.value.message
             assert slow.num_finished == 0
             health = httpx.get(f"{url}/health")
-            assert (health.status_code, health.json()) == (503, {"status": "engine_unavailable"})
+            assert (health.status_code, health.json()["status"]) == (503, "dead")
             assert metrics(url)["oasr_engine_up"] == 0
             started = time.monotonic()
             with pytest.raises(openai.APIStatusError) as info:  # refused at once, not queued
