@@ -109,6 +109,7 @@ def test_access_lines_and_the_banner_read_as_text_or_as_one_json_object_each() -
     assert "ws://0.0.0.0:8000/v1/realtime?intent=transcription" in shown and "/metrics" in shown
     as_json = ServerLogFormatter("json")
     line = json.loads(as_json.format(_record(access=access)))
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line["time"])  # UTC, marked
     assert line | {"time": "-"} == {"time": "-", "event": "request", "client": "10.0.0.7", "method": "POST",
                                     "path": "/v1/audio/transcriptions", "status": 200, "duration_ms": 812.4}
     ready = json.loads(as_json.format(_record(banner=banner)))

@@ -56,8 +56,10 @@ def route_url(base_url: str, method: str, path: str) -> str:
 class ServerLogFormatter(logging.Formatter):
     """Access records and the banner as text or JSON; any other record as ``LEVEL name: message``."""
 
+    converter = time.gmtime  # times in UTC, marked as such: log collectors compare them across hosts
+
     def __init__(self, log_format: LogFormat) -> None:
-        super().__init__(datefmt="%Y-%m-%dT%H:%M:%S")
+        super().__init__(datefmt="%Y-%m-%dT%H:%M:%SZ")
         self.log_format = log_format
 
     def format(self, record: logging.LogRecord) -> str:
