@@ -137,14 +137,14 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
     ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.scale.ray_replicas``);
     ``config``: the engine's (each replica's) configuration."""
-    show_server_log(settings.log_format)  # LogFormat: ServerSettings checked the name
+    show_server_log(settings.log_format)  # type: ignore[arg-type]  # ServerSettings checked it is a LogFormat
     url = base_url(host, port)
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
         from oasr.serving.workers import serve_workers
 
-        ready = threading.Event()
+        ready = threading.Event()  # set once the workers are started (they listen a moment later)
         banner = Banner(settings.served_model_name, device, f"{api_workers} API workers", url)
         threading.Thread(target=lambda: ready.wait() and log_banner(banner), name="oasr-banner", daemon=True).start()
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
@@ -166,8 +166,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             app = build_app(engine, settings)
             banner = Banner(settings.served_model_name, engine_device(engine, device), described, url)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-            config = uvicorn_config(app, settings, host=host, port=port, log_level=level)
-            ServingServer(config, app.state.lifecycle, on_started=lambda: log_banner(banner)).run()
+            server_config = uvicorn_config(app, settings, host=host, port=port, log_level=level)
+            ServingServer(server_config, app.state.lifecycle, on_started=lambda: log_banner(banner)).run()
         finally:
             engine.shutdown()
 
