@@ -11,7 +11,7 @@ import torch
 
 from oasr.engine.config import EngineConfig
 from oasr.transcription.offline import AudioInput, OfflineTranscriber, ProgressCallback, no_progress
-from oasr.errors import AudioDecodeError
+from oasr.errors import TranscriptionFailedError
 from oasr.models.loader import LoadedModel, from_pretrained
 from oasr.types import LongForm, Task, Transcription, TranscribeOptions
 
@@ -63,8 +63,12 @@ def transcribe(
     patience: float | None = None,
     length_penalty: float | None = None,
 ) -> list[Transcription]:
-    """Transcribes audio files, bytes or 16 kHz float arrays. Raises ``AudioDecodeError`` on the first input that
-    cannot be decoded, unless ``skip_errors`` (then that input's result carries ``error``).
+    """Transcribes audio files, bytes or 16 kHz float arrays: one ``Transcription`` per input, in input order.
+
+    An input that fails (missing, not audio, empty) never stops the others. With ``skip_errors`` its result
+    carries ``error`` (and empty text; ``result.ok`` is False) and the list is returned; without it (the
+    default) every input still runs, then ``TranscriptionFailedError`` (an ``AudioDecodeError`` naming the first
+    failure) is raised, holding every result in ``.results`` and the failed ones in ``.failures``.
 
     ``long_form="sequential"`` decodes audio longer than 30 s as openai-whisper's ``transcribe()`` does (with
     timestamps, conditioning on previous text, temperature fallback); ``timestamps=True`` gives segments with
@@ -81,9 +85,8 @@ def transcribe(
                                     punctuation=punctuation, batch_size=batch_size, long_form=long_form,
                                     timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad,
                                     beam_size=beam_size, patience=patience, length_penalty=length_penalty)
-    results = []
-    for result in iter_transcribe(inputs, model, options=options, device=device, dtype=dtype):
-        if result.error and not skip_errors:
-            raise AudioDecodeError(result.source, result.error.removeprefix(f"{result.source}: "))
-        results.append(result)
+    results = list(iter_transcribe(inputs, model, options=options, device=device, dtype=dtype))
+    failures = [result for result in results if result.error]
+    if failures and not skip_errors:
+        raise TranscriptionFailedError(results, failures)
     return results

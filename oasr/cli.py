@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import shutil
@@ -12,8 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oasr.models.catalogue import MODEL_HELP
+from oasr import __version__
+from oasr.devices import DEVICE_HELP, device_name, is_cuda
 from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
+from oasr.serving.server_log import LOG_FORMATS
 from oasr.serving.settings import ServerSettings
 from oasr.transcribe_command import StdoutError, output_names, write_output  # noqa: F401 (oasr.cli's names too)
 from oasr.vad import VAD_DETECTORS
@@ -52,8 +56,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    "per line (PATH relative to the manifest's directory; with --output-dir an id is the output's "
                    "name); read after the FILES")
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
+    p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                   help="the model's weights and activations: auto is float16 on CUDA, float32 on the CPU")
     p.add_argument("--batch-size", type=int, default=16, help="30 s windows decoded together")
     p.add_argument("--language", default=None, help="language code (default: the model's, or detected)")
     p.add_argument("--task", default="transcribe", choices=("transcribe", "translate"))
@@ -79,7 +84,10 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length-penalty", type=float, default=None,
                    help="rank beam hypotheses by log-probability / ((5 + length) / 6) ** PENALTY, PENALTY in [0, 1] "
                    "(default: divide by the length)")
-    p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS)
+    p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS,
+                   help="on stdout with several inputs: txt starts each line with the input's name and a colon "
+                   "(NAME: text, as grep does), json is one array, jsonl one line per input (with its 'file'); "
+                   "srt and vtt, one document per input, need --output-dir")
     p.add_argument("--output-dir", type=Path, default=None,
                    help="write STEM.FORMAT per input here instead of stdout; an input whose stem an earlier input "
                    "already has gets STEM-1.FORMAT, STEM-2.FORMAT, ... (input order; a name that another input's "
@@ -127,7 +135,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the id clients send as 'model' (default: the model name, or the directory's name); "
                    "'whisper-1' is always accepted too")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="port to listen on")
     p.add_argument("--api-key", action="append", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on /v1/* (401 otherwise; repeat for several keys; "
                    "default: $OASR_API_KEY); /health, /metrics and the page at / stay open")
@@ -176,11 +184,15 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "gets an error event until one is answered")
     p.add_argument("--realtime-max-pending-audio-s", type=float, default=240,
                    help="audio those waiting turns may hold; a commit past it gets an error event")
+    p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
+                   help="the startup banner and the access log (a line per request, shown without -v): 'text' for "
+                   "people, 'json' for one JSON object per line")
     p.add_argument("--max-streams", type=int, default=None, metavar="N",
                    help="a streaming model's stream slots: realtime turns streamed at once (default 64; raise it "
                    "with --realtime-max-sessions, as every session speaking holds one)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
+    p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                   help="the model's weights and activations: auto is float16 on CUDA, float32 on the CPU")
     p.add_argument("--engine-mode", default="process", choices=("process", "thread"),
                    help="run the engine in a process of its own (default) or on a thread of the server's process")
     p.add_argument("--api-workers", type=int, default=1,
@@ -275,6 +287,7 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
                                   max_sessions_per_key=args.realtime_max_sessions_per_key or None,
                                   max_pending_turns=args.realtime_max_pending_turns,
                                   max_pending_audio_s=args.realtime_max_pending_audio_s),
+        log_format=args.log_format,
     )
 
 
@@ -293,6 +306,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if replicas is not None and args.max_streams is not None:
             raise ValueError("--max-streams applies to one engine, not to --ray-replicas")
         streaming = None if args.max_streams is None else StreamingConfig(max_streams=args.max_streams)
+        if replicas is None:  # before the engine starts: a missing GPU is a one-line error, not a core failure
+            from oasr.models.loader import check_device
+
+            check_device(args.device)
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
@@ -313,7 +330,7 @@ def _replica_options(args: argparse.Namespace) -> ReplicaOptions | None:
         raise ValueError("--ray-replicas cannot be combined with --api-workers (one HTTP process routes to them)")
     if args.engine_mode != "process":
         raise ValueError("--engine-mode does not apply to --ray-replicas (each replica runs its engine itself)")
-    if args.device == "cuda" and not args.gpus_per_replica:
+    if is_cuda(args.device) and not args.gpus_per_replica:
         raise ValueError("--device cuda with --ray-replicas needs --gpus-per-replica (Ray hides GPUs from actors "
                          "that reserve none)")
     from oasr.scale.cluster import ray_available
@@ -422,9 +439,32 @@ COMMANDS = {"transcribe": cmd_transcribe, "serve": cmd_serve, "models": cmd_mode
             "convert": cmd_convert, "quantize": cmd_quantize, "bench": cmd_bench}
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends "(default: X)" to an option's help, except where there is nothing to show (a flag, an unset
+    option) or the text already says what happens by default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+    def _format_action(self, action: argparse.Action) -> str:
+        # argparse prints no help line for an option without help text, not even its default: give it one.
+        if action.help is None and action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            action = copy.copy(action)
+            action.help = "default: %(default)s"
+        return super()._format_action(action)
+
+
+_VERBOSE_HELP = "log what the engine and server do (INFO level); accepted before or after the command"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="oasr", description="Speech recognition inference engine")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = argparse.ArgumentParser(prog="oasr", description="Speech recognition inference engine",
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_transcribe(sub)
     _add_serve(sub)
@@ -435,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     from oasr.bench.command import add_parser
 
     add_parser(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
+        # SUPPRESS: a subcommand without -v leaves the value the main parser set (``oasr -v serve``) alone.
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP)
     return parser
 
 

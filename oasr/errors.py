@@ -52,3 +52,19 @@ class HubUnavailableError(ModelNotFoundError):
 class UnsupportedModelError(ModelNotFoundError):
     """A checkpoint (on the Hub or on disk) in a format or of an architecture OASR does not serve; the message lists
     what it does serve."""
+
+
+class TranscriptionFailedError(AudioDecodeError):
+    """Some inputs of ``oasr.transcribe`` failed (without ``skip_errors``); raised once every input has run, so
+    nothing is lost: ``results`` holds every input's result in input order (a failed one with ``error`` set),
+    ``failures`` the failed ones. Names the first failure, as ``AudioDecodeError`` does."""
+
+    def __init__(self, results: list, failures: list) -> None:
+        first = failures[0]
+        reason = first.error.removeprefix(f"{first.source}: ")
+        if len(results) > 1:
+            reason += (f" ({len(failures)} of {len(results)} inputs failed; this error's .results holds every "
+                       "result, skip_errors=True returns them)")
+        super().__init__(first.source, reason)
+        self.results = results
+        self.failures = failures

@@ -11,12 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from oasr.devices import is_cuda
 from oasr.serving.formats import render, render_many
 
 if TYPE_CHECKING:
     from oasr.scale.inputs import TranscribeInput
     from oasr.scale.ray_transcribe import RayOptions
-    from oasr.types import TranscribeOptions
+    from oasr.types import TranscribeOptions, Transcription
 
 
 def output_names(files: Sequence[Path]) -> list[str]:
@@ -110,6 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if not inputs:
         print("oasr: error: nothing to transcribe: give audio files or --manifest", file=sys.stderr)
         return 2
+    problem = _stdout_conflict(args, len(inputs))
+    if problem:
+        print(f"oasr: error: {problem}", file=sys.stderr)
+        return 2
     names = names_of(inputs)
     todo = _unfinished(args, names)
     if not todo:
@@ -124,6 +129,29 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     return 1 if failed else 0
+
+
+# Formats whose output is one document (a header, numbered cues): several of them end to end are not one valid
+# file, so several inputs need --output-dir.
+SINGLE_DOCUMENT_FORMATS = ("srt", "vtt")
+
+
+def _stdout_conflict(args: argparse.Namespace, num_inputs: int) -> str | None:
+    """Why the inputs cannot all go to stdout in --output-format (None when they can), found before any model
+    loads."""
+    if args.output_dir is None and num_inputs > 1 and args.output_format in SINGLE_DOCUMENT_FORMATS:
+        return (f"--output-format {args.output_format} makes one document per input and cannot put {num_inputs} "
+                f"inputs on stdout: give --output-dir DIR (one .{args.output_format} per input there), or use "
+                "--output-format jsonl for one line per input")
+    return None
+
+
+def stdout_text(result: Transcription, fmt: str, several: bool) -> str:
+    """What stdout shows of one result; with several inputs, each txt line starts with the input's name and a
+    colon, as grep prints matches from several files (one input prints its text alone)."""
+    if fmt == "txt" and several:
+        return "".join(f"{result.source}: {line}\n" for line in result.text.split("\n"))
+    return render(result, fmt)
 
 
 def _inputs(args: argparse.Namespace) -> list[TranscribeInput]:
@@ -229,7 +257,7 @@ def _emit(args: argparse.Namespace, names: list[str], results, progress) -> int:
             if args.output_format == "json":
                 collected.append(ready)
             else:
-                _print(render(ready, args.output_format))
+                _print(stdout_text(ready, args.output_format, several=len(names) > 1))
     if collected:
         _print(render_many(collected, "json"))
     return failed
@@ -241,7 +269,7 @@ def _ray_options(args: argparse.Namespace) -> RayOptions | None:
         if args.ray_address is not None or args.gpus_per_worker:
             raise ValueError("--ray-address and --gpus-per-worker need --ray-workers")
         return None
-    if args.device == "cuda" and not args.gpus_per_worker:
+    if is_cuda(args.device) and not args.gpus_per_worker:
         raise ValueError("--device cuda with --ray-workers needs --gpus-per-worker (Ray hides GPUs from actors "
                          "that reserve none)")
     from oasr.scale.ray_transcribe import RayOptions

@@ -31,7 +31,12 @@ import websockets
 
 import oasr
 from oasr.audio import load_audio
+from oasr.engine.combined import Engine
+from oasr.hosting.core import EngineCore
+from oasr.hosting.inproc import InprocClient
 from oasr.serving.app import build_app
+from oasr.serving.page import page_config_of
+from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import LOOPBACK_HOSTS, ServerSettings
 from serving_harness import running_server, small_engine
 
@@ -178,7 +183,8 @@ def browser(tmp_path, server) -> BrowserPage:
     flags = [*CHROMIUM_FLAGS, f"--use-file-for-fake-audio-capture={wav}%noloop"]
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=flags, accept_downloads=True)
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=flags, accept_downloads=True,
+            permissions=["clipboard-read", "clipboard-write"])
         try:
             opened = BrowserPage(context.pages[0] if context.pages else context.new_page(), microphone_s)
             opened.page.on("console", lambda message: opened.console.append(f"{message.type}: {message.text}"))
@@ -241,6 +247,8 @@ def test_a_chosen_file_is_transcribed_and_its_subtitles_download(browser, offlin
     page.wait_for_selector("#transcript:not(:empty)", timeout=60_000)
     assert page.text_content("#transcript") == offline_jfk, (page.text_content("#file-status"), browser.console)
     _screenshot(page, tmp_path, "file-transcript.png")
+    page.click("#copy-transcript")
+    assert page.evaluate("navigator.clipboard.readText()") == offline_jfk
     downloads = {}
     for fmt in ("srt", "vtt"):
         with page.expect_download(timeout=60_000) as download:
@@ -261,3 +269,45 @@ def test_without_the_key_the_page_says_why_the_socket_was_refused(browser):
     page.wait_for_selector("#live-status.error", timeout=30_000)
     assert "Incorrect or missing API key" in page.text_content("#live-status")
     assert page.get_attribute("#mic", "aria-pressed") == "false"
+
+
+def test_the_page_config_names_the_model_and_offers_what_it_serves(server, base_multilingual):
+    assert httpx.get(f"{server}/page/config", timeout=30).json() == {  # no key needed, as for the page
+        "model": "tiny.en", "languages": [], "translate": False, "streaming": False}  # English-only
+    engine = InprocClient(EngineCore(Engine(base_multilingual)))
+    try:
+        serving = OpenAIServingTranscription(engine, ServerSettings(served_model_name="base"))
+        config = asyncio.run(page_config_of(serving))
+    finally:
+        engine.shutdown()
+    assert config["model"] == "base" and config["translate"] is True and config["streaming"] is False
+    assert {"code": "de", "name": "German"} in config["languages"] and len(config["languages"]) == 99
+
+
+@pytest.mark.browser
+def test_the_page_names_its_model_and_hides_choices_an_english_only_model_lacks(browser):
+    page = browser.page
+    page.wait_for_selector("#model strong", timeout=30_000)
+    assert page.text_content("#model") == "Talking to tiny.en."
+    assert page.is_hidden("#choices") and page.is_disabled("#copy-captions")
+
+
+@pytest.mark.browser
+def test_language_and_translate_choices_reach_the_request(browser, tmp_path):
+    """A multilingual model's choices, as the config of one would offer them: the chosen language goes with the
+    file, and translation sends it to the translations route."""
+    page = browser.page
+    config = {"model": "base", "languages": [{"code": "en", "name": "English"}, {"code": "de", "name": "German"}],
+              "translate": True, "streaming": True}
+    page.route("**/page/config", lambda route: route.fulfill(json=config))
+    page.reload()
+    page.fill("#api-key", API_KEY)
+    page.wait_for_selector("#choices:not([hidden])", timeout=30_000)
+    assert page.text_content("#model").startswith("Talking to base, a streaming model")
+    page.select_option("#language", "de")
+    page.check("#translate")
+    _screenshot(page, tmp_path, "choices.png")
+    with page.expect_request("**/v1/audio/translations", timeout=30_000) as sent:
+        page.set_input_files("#file", str(JFK))
+    body = sent.value.post_data_buffer
+    assert b'name="language"\r\n\r\nde\r\n' in body and b'name="model"\r\n\r\ntiny.en' in body

@@ -93,7 +93,7 @@ def streamed(client: OpenAI, path: Path, **kwargs) -> tuple[list[str], list[str]
 
 
 def check_verbose(result, expected) -> None:
-    assert (result.text, result.language, result.duration) == (expected.text, "en", expected.duration_s)
+    assert (result.text, result.language, result.duration) == (expected.text, "english", expected.duration_s)
     assert result.task == "transcribe"
     assert "".join(s.text for s in result.segments).strip() == expected.text
     assert [s.text.strip() for s in result.segments] == [s.text for s in expected.segments]
@@ -122,7 +122,7 @@ def test_segment_granularity_answers_the_timestamp_tokens_segments(client, tiny_
     expected = oasr.transcribe(JFK, tiny_en, timestamps=True)[0]
     verbose = transcribe(client, JFK, model="tiny.en", response_format="verbose_json",
                          timestamp_granularities=["segment"])
-    assert (verbose.text, verbose.language, verbose.duration) == (expected.text, "en", expected.duration_s)
+    assert (verbose.text, verbose.language, verbose.duration) == (expected.text, "english", expected.duration_s)
     assert [(s.start, s.end, s.text.strip()) for s in verbose.segments] == [
         (s.start, s.end, s.text) for s in expected.segments
     ]
@@ -177,7 +177,7 @@ def test_models_lists_the_served_model_and_knows_the_alias(client):
 
 
 def test_health_and_metrics_are_open_and_count_requests(client, server):
-    assert httpx.get(f"{server}/health").json() == {"status": "ok"}
+    assert httpx.get(f"{server}/health").json() == {"status": "ok", "model": "tiny.en", "version": oasr.__version__}
     transcribe(client, JFK, model="tiny.en")
     values = metrics(server)
     assert values['oasr_http_requests_total{route="/v1/audio/transcriptions",status="200"}'] >= 1

@@ -32,7 +32,7 @@ def test_translation_equals_offline_translation(client, base_multilingual):
     timed = oasr.transcribe(JFK, model=base_multilingual, task="translate", timestamps=True)[0]  # as verbose_json
     verbose = client.audio.translations.create(file=(JFK.name, JFK.read_bytes()), model="whisper-1",
                                                response_format="verbose_json")
-    assert (verbose.text, verbose.language, verbose.duration) == (timed.text, "en", timed.duration_s)
+    assert (verbose.text, verbose.language, verbose.duration) == (timed.text, "english", timed.duration_s)
     assert [t for s in verbose.segments for t in s.tokens] == timed.token_ids
 
 
@@ -40,4 +40,5 @@ def test_detected_language_is_reported(client, base_multilingual):
     expected = oasr.transcribe(JFK, model=base_multilingual)[0]
     verbose = client.audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="base",
                                                  response_format="verbose_json")
-    assert (verbose.text, verbose.language) == (expected.text, expected.language) == (expected.text, "en")
+    assert expected.language == "en"  # offline results keep the code; verbose_json writes the name, as OpenAI does
+    assert (verbose.text, verbose.language) == (expected.text, "english")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oasr.models.catalogue import MODEL_HELP
+from oasr.devices import DEVICE_HELP, device_name
 
 if TYPE_CHECKING:
     from oasr.bench.run import BenchItem, BenchResult
@@ -34,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="tiny.en", help=MODEL_HELP)
     p.add_argument("--manifest", type=Path, help="JSONL with audio (relative path), text, language")
     p.add_argument("--repeat", type=int, default=1, help="pass over the manifest this many times")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--peer", choices=("transformers",), default=None)
     p.add_argument("--peer-batch-sizes", type=int, nargs="+", default=[16, 64, 256])

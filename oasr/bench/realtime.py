@@ -47,6 +47,7 @@ from oasr.bench.realtime_client import ENGINE_RATE, LoadPlan, SessionRecord, Utt
 from oasr.bench.serve_load import manifest_rows, percentiles
 from oasr.bench.server_process import free_port, running_server, serve_command, tail
 from oasr.models.catalogue import MODEL_HELP
+from oasr.devices import DEVICE_HELP, device_name
 
 NEMOTRON_ARCH = "nemotron-streaming-0.6b"
 # Measured on CPU over the 8 synthetic 8 s clips: 1.0 and 0.8 emit no token on any, 0.75 on three, 0.7 on seven
@@ -248,7 +249,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stagger-s", type=float, default=1.0, help="sessions start spread over this long")
     p.add_argument("--warmup-sessions", type=int, default=8, help="sessions of one turn each before measuring")
     p.add_argument("--turn-timeout-s", type=float, default=300.0, help="a turn not completed by then has failed")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     p.add_argument("--transcripts", action="store_true", help="list every turn's transcript in the JSON")

@@ -51,6 +51,7 @@ from oasr.bench.soak_faults import (
 )
 from oasr.bench.soak_realtime import REALTIME_FAULTS, FaultOutcome, run_fault, summarize_faults
 from oasr.bench.soak_server import ServerOptions, SoakServer, free_port
+from oasr.devices import DEVICE_HELP, device_name
 
 DEFAULT_CLIP = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 OUTCOMES = ("completed", "refused", "refused_by_restart", "abandoned", "lost", "hung")
@@ -403,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--fault-rate", type=float, default=0.2, help="share of requests that are faults")
     p.add_argument("--model", default="tiny.en")
-    p.add_argument("--device", default="cpu", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--device", default="cpu", type=device_name, help=DEVICE_HELP)
     p.add_argument("--timeout-s", type=float, default=120.0, help="a request unanswered this long is hung")
     p.add_argument("--manifest", type=Path, default=None,
                    help="JSONL (audio, duration_s, language) to take the normal clips from (default: jfk.flac)")

@@ -75,12 +75,27 @@ def read_checkpoint(source: ModelSource) -> Checkpoint:
     raise ModelNotFoundError(f"{source}: no supported checkpoint format found (tried {', '.join(_DETECTION_ORDER)})")
 
 
-def pick_device(device: str | torch.device = "auto") -> torch.device:
+def check_device(device: str | torch.device = "auto") -> torch.device:
+    """``device`` resolved ("auto": CUDA when there is a GPU), or ``ModelNotFoundError`` naming what this machine
+    has; touches no GPU (a front end checks its engine's device with it before starting the engine)."""
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ModelNotFoundError("device 'cuda' was asked for but no CUDA device is available")
+        raise ModelNotFoundError(f"device {str(device)!r} was asked for but no CUDA device is available")
+    if resolved.type == "cuda" and resolved.index is not None:
+        count = torch.cuda.device_count()
+        if resolved.index >= count:
+            raise ModelNotFoundError(f"device {str(device)!r} was asked for but this machine has {count} CUDA "
+                                     f"device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})")
+    return resolved
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    resolved = check_device(device)
+    if resolved.type == "cuda" and resolved.index is not None:
+        # Kernels, CUDA graphs and caches allocate on the current device: make it the one asked for.
+        torch.cuda.set_device(resolved)
     return resolved
 
 

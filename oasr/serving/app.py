@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -22,10 +24,12 @@ from oasr.serving.auth import KeyedDocumentsMiddleware
 from oasr.serving.connections import uvicorn_config
 from oasr.hosting.engine_client import EngineClient
 from oasr.serving.hosts import AllowedHostsMiddleware
+from oasr.serving.lifecycle import ServerLifecycle
 from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
 from oasr.serving.realtime.connection import RealtimeService
 from oasr.serving.router import build_router
+from oasr.serving.server_log import AccessLogMiddleware, Banner, log_banner, show_server_log
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
 from oasr.streaming.types import StreamingConfig
@@ -41,6 +45,7 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     app = FastAPI(title="OASR", summary="OpenAI-compatible speech-to-text", docs_url=None, redoc_url=None)
     app.state.serving = OpenAIServingTranscription(engine, settings)
     app.state.realtime = RealtimeService(app.state.serving)  # /v1/realtime's sessions, beside the uploads
+    app.state.lifecycle = ServerLifecycle(app.state.serving)  # what /health says; the server drains it
     app.state.created = int(time.time())
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)
@@ -50,7 +55,8 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
         # OpenAI's JavaScript client sends its own (x-stainless-*); Retry-After readable by the page.
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_allow_origins),
                            allow_methods=["GET", "POST"], allow_headers=["*"], expose_headers=["Retry-After"])
-    app.add_middleware(AllowedHostsMiddleware, allowed=settings.allowed_hosts)  # outermost: before CORS too
+    app.add_middleware(AllowedHostsMiddleware, allowed=settings.allowed_hosts)  # before CORS too
+    app.add_middleware(AccessLogMiddleware)  # outermost: requests refused for their Host are logged too
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -129,16 +135,19 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
     ``api_workers`` > 1 serves from that many HTTP worker processes sharing one engine core (process mode);
     ``replicas`` serves from engine replicas on Ray instead of one engine (``oasr.hosting.ray_replicas``);
     ``config``: the engine's (each replica's) configuration."""
+    show_server_log(settings.log_format)  # type: ignore[arg-type]  # ServerSettings checked it is a LogFormat
+    url = base_url(host, port)
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
         from oasr.serving.workers import serve_workers
 
+        ready = threading.Event()  # set once the workers are started (they listen a moment later)
+        banner = Banner(settings.served_model_name, device, f"{api_workers} API workers", url)
+        threading.Thread(target=lambda: ready.wait() and log_banner(banner), name="oasr-banner", daemon=True).start()
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
-                      quantization=quantization, streaming=streaming, config=config)
+                      quantization=quantization, streaming=streaming, config=config, on_ready=ready)
         return
-
-    import uvicorn
 
     with stopped_by_signals():
         if replicas is not None:
@@ -150,14 +159,48 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         else:
             engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, quantization=quantization,
                                   streaming=streaming, config=config)
-            described = f"engine: {engine_mode}"
+            described = f"engine in a {engine_mode}"
         try:
-            log.info("serving %s on http://%s:%d (%s)", settings.served_model_name, host, port, described)
+            app = build_app(engine, settings)
+            banner = Banner(settings.served_model_name, engine_device(engine, device), described, url)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-            uvicorn.Server(uvicorn_config(build_app(engine, settings), settings, host=host, port=port,
-                                          log_level=level)).run()
+            server_config = uvicorn_config(app, settings, host=host, port=port, log_level=level)
+            ServingServer(server_config, app.state.lifecycle, on_started=lambda: log_banner(banner)).run()
         finally:
             engine.shutdown()
+
+
+class ServingServer(uvicorn.Server):
+    """uvicorn's server, which calls ``on_started`` once it listens and drains ``lifecycle`` (/health says
+    ``draining``) the moment it starts shutting down, before its requests in flight have finished."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: ServerLifecycle, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+        self.on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            self.on_started()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.lifecycle.drain()
+        await super().shutdown(sockets)
+
+
+def base_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def engine_device(engine: EngineClient, requested: str) -> str:
+    """The device the engine loaded its model on, as its client knows it (a core's ready message, a thread
+    engine's model); the device asked for where no one client knows (replicas)."""
+    info = getattr(engine, "info", None)
+    if info is not None:
+        return str(info.device)
+    loaded = getattr(engine, "loaded", None)
+    return str(loaded.device) if loaded is not None else requested
 
 
 @contextlib.contextmanager

@@ -5,7 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import JSONResponse, Response
 
+from oasr import __version__
 from oasr.serving.auth import api_key_index
+from oasr.serving.lifecycle import ServerState
 from oasr.serving.protocol import (
     APIError,
     ModelCard,
@@ -60,17 +62,16 @@ def build_router() -> APIRouter:
     add_realtime_route(router)
     add_page_routes(router)  # outside /v1: the page itself loads without a key
 
-    @router.get("/health", summary="200 while the engine runs (with replicas: one is up), 503 while a new engine "
-                "core starts or once it has stopped")
+    @router.get("/health", summary="The server's state: 200 when 'ok', 503 while 'starting', 'draining' or 'dead' "
+                "(with replicas: ok while one is up)")
     async def health(request: Request) -> Response:
-        alive = serving(request).healthy
-        state = getattr(serving(request).engine, "state", "ok" if alive else "dead")
-        body: dict[str, object] = {"status": "ok" if alive else "starting" if state == "starting"
-                                   else "engine_unavailable"}
+        state = request.app.state.lifecycle.state
+        body: dict[str, object] = {"status": state.value, "model": serving(request).settings.served_model_name,
+                                   "version": __version__}
         replicas = serving(request).engine.stats().replicas
         if replicas:
             body["replicas"] = {"up": sum(r.up for r in replicas), "total": len(replicas)}
-        return JSONResponse(body, status_code=200 if alive else 503)
+        return JSONResponse(body, status_code=200 if state is ServerState.OK else 503)
 
     @router.get("/metrics", summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:

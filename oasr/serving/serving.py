@@ -66,7 +66,7 @@ from oasr.serving.protocol import (
 from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
-from oasr.serving.verbose import verbose_segments, verbose_words
+from oasr.serving.verbose import verbose_language, verbose_segments, verbose_words
 from oasr.types import DecodeOptions, FallbackOptions, Task, Transcription
 
 log = logging.getLogger(__name__)
@@ -441,8 +441,7 @@ class OpenAIServingTranscription:
             only_words = job.word_timestamps and "segment" not in job.granularities
             body = VerboseTranscriptionResponse(
                 task=job.task,
-                # A translation's language is its output's (OpenAI: always English); a transcription's, the audio's.
-                language="en" if job.task == "translate" else transcription.language or job.options.language or "",
+                language=verbose_language(job.task, transcription.language, job.options.language),
                 duration=transcription.duration_s,
                 text=transcription.text,
                 segments=None if only_words else verbose_segments(self.tokenizer, result.windows, job.options),

@@ -88,8 +88,11 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = (ANY_HOST,)
     cors_allow_origins: tuple[str, ...] = ()  # origins browsers may call from ("*": any); none: no CORS headers
     realtime: RealtimeSettings = RealtimeSettings()
+    log_format: str = "text"  # the banner and access log of ``oasr serve``: "text" or "json" (``server_log``)
 
     def __post_init__(self) -> None:
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"ServerSettings.log_format must be 'text' or 'json', got {self.log_format!r}")
         if not self.served_model_name:
             raise ValueError("ServerSettings.served_model_name must not be empty")
         for name in ("max_upload_bytes", "max_in_flight", "retry_after_s", "max_head_bytes"):

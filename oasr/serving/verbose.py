@@ -6,9 +6,10 @@ from __future__ import annotations
 import zlib
 
 from oasr.audio import SAMPLE_RATE
-from oasr.transcription.results import DecodedWindow
+from oasr.serving.languages import openai_language_name
 from oasr.serving.protocol import VerboseSegment, VerboseWord
-from oasr.types import DecodeOptions, Segment
+from oasr.transcription.results import DecodedWindow
+from oasr.types import DecodeOptions, Segment, Task
 
 SAMPLES_PER_FRAME = SAMPLE_RATE // 100  # Whisper's 10 ms feature frames, in which ``seek`` counts
 
@@ -20,6 +21,13 @@ def verbose_segments(tokenizer, windows: list[DecodedWindow], options: DecodeOpt
         return [_timestamped_segment(i, w, seg, tokenizer.decode(list(seg.token_ids)), options.temperature)
                 for i, (w, seg) in enumerate(pairs)]
     return [_window_segment(i, w, options.temperature) for i, w in enumerate(w for w in windows if w.text.strip())]
+
+
+def verbose_language(task: Task, detected: str | None, requested: str | None) -> str:
+    """``language`` as OpenAI writes it, by name ("english"): a translation's is its output's (OpenAI: always
+    English), a transcription's the audio's (detected, else the one asked for; "" when neither is known)."""
+    code = "en" if task == "translate" else detected or requested or ""
+    return openai_language_name(code) if code else ""
 
 
 def verbose_words(windows: list[DecodedWindow]) -> list[VerboseWord]:

@@ -134,25 +134,26 @@ def _stop_workers(workers: list[multiprocessing.process.BaseProcess]) -> None:
 def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerSettings, host: str, port: int,
                  max_waiting: int, level: int) -> None:
     """One API worker: the app on its own client of the shared core, listening on the shared port."""
-    import uvicorn
-
     from oasr.heap import bound_heap
 
     bound_heap()
 
     from oasr.hosting.mp import MPClient
-    from oasr.serving.app import build_app
+    from oasr.serving.app import ServingServer, build_app
     from oasr.serving.metrics import MULTIPROC_ENV
     from oasr.serving.connections import uvicorn_config
+    from oasr.serving.server_log import show_server_log
 
     logging.basicConfig(level=level, format=f"%(levelname)s %(name)s [api worker {worker_id}]: %(message)s")
+    show_server_log(settings.log_format)  # each worker logs the requests it serves
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the main process decides
     parent = os.getppid()
     engine = MPClient.attach(spec, channel, core_pid, worker_id, max_waiting=max_waiting)
     try:
-        app = WorkerHeader(build_app(engine, settings), worker_id)
+        inner = build_app(engine, settings)
+        app = WorkerHeader(inner, worker_id)
         config = uvicorn_config(app, settings, log_level=logging.getLevelName(level).lower())
-        server = uvicorn.Server(config)
+        server = ServingServer(config, inner.state.lifecycle, on_started=lambda: None)  # the main process greets
         orphaned = threading.Event()
         threading.Thread(target=_watch_parent, args=(parent, server, orphaned), name="oasr-parent-watch",
                          daemon=True).start()

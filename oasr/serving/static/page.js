@@ -9,13 +9,12 @@ const STOP_GRACE_MS = 20000;  // after Stop, how long the last turn's transcript
 const KEY_SUBPROTOCOL = "openai-insecure-api-key.";  // how a browser's WebSocket carries the API key
 const TRANSCRIPT_PREFIX = "conversation.item.input_audio_transcription.";
 
-const SESSION_UPDATE = {
-  type: "session.update",
-  session: {
-    type: "transcription",
-    audio: {input: {format: {type: "audio/pcm", rate: TARGET_RATE}, turn_detection: {type: "server_vad"}}},
-  },
-};
+// The session: 24 kHz PCM, turns cut by the server's VAD, in ``language`` when one is chosen.
+function sessionUpdate(language) {
+  const input = {format: {type: "audio/pcm", rate: TARGET_RATE}, turn_detection: {type: "server_vad"}};
+  if (language) input.transcription = {language};
+  return {type: "session.update", session: {type: "transcription", audio: {input}}};
+}
 
 // Converts a stream of blocks from the capture rate to TARGET_RATE. Downsampling averages the input over the
 // span of each output sample (a box filter, which keeps most of what lies above the new Nyquist rate out);
@@ -98,9 +97,10 @@ function showStatus(element, text, isError) {
 
 // One microphone session: the socket, the audio graph feeding it, and a caption line per item.
 class LiveCaptions {
-  constructor(elements, apiKey) {
+  constructor(elements, apiKey, choices) {
     this.elements = elements;
     this.apiKey = apiKey;
+    this.choices = choices;
     this.lines = new Map();  // item_id -> {element, text, done}
     this.running = false;
     this.stopping = false;
@@ -147,7 +147,7 @@ class LiveCaptions {
       socket.onopen = () => {
         socket.onclose = (event) => this.closed(event);
         socket.onmessage = (event) => this.handle(JSON.parse(event.data));
-        socket.send(JSON.stringify(SESSION_UPDATE));
+        socket.send(JSON.stringify(sessionUpdate(this.choices().language)));
         resolve(socket);
       };
       socket.onclose = () => this.refusal(key).then((message) => reject(new Error(message)));
@@ -252,6 +252,7 @@ class LiveCaptions {
     line.text = text;
     line.element.className = state;
     line.element.textContent = text.trim() || "…";
+    this.elements.copy.disabled = ![...this.lines.values()].some((each) => each.text.trim());
   }
 
   // Stop: the microphone closes at once; a turn still open is committed, and the socket waits for the
@@ -315,9 +316,10 @@ class LiveCaptions {
 
 // A file sent to /v1/audio/transcriptions: its text shown, and its subtitles downloaded on request.
 class FileTranscriber {
-  constructor(elements, apiKey) {
+  constructor(elements, apiKey, choices) {
     this.elements = elements;
     this.apiKey = apiKey;
+    this.choices = choices;
     this.file = null;
   }
 
@@ -355,11 +357,14 @@ class FileTranscriber {
   }
 
   async post(format) {
+    const {language, translate} = this.choices();
     const form = new FormData();
     form.append("file", this.file, this.file.name);
     form.append("model", await this.model());
     form.append("response_format", format);
-    return fetch("/v1/audio/transcriptions", {method: "POST", body: form, headers: authHeaders(this.apiKey())});
+    if (language) form.append("language", language);
+    const route = translate ? "/v1/audio/translations" : "/v1/audio/transcriptions";
+    return fetch(route, {method: "POST", body: form, headers: authHeaders(this.apiKey())});
   }
 
   // The served model's name; OpenAI's default name (an alias the server accepts) when it cannot be read.
@@ -376,25 +381,71 @@ class FileTranscriber {
   setDownloads(enabled) {
     this.elements.srt.disabled = !enabled;
     this.elements.vtt.disabled = !enabled;
+    this.elements.copy.disabled = !enabled;
   }
+}
+
+// Text onto the clipboard; the button says it worked (or why not) for a moment.
+async function copyText(button, text) {
+  const label = button.textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "Copied";
+  } catch (error) {
+    button.textContent = "Copy failed: select the text instead";
+  }
+  setTimeout(() => { button.textContent = label; }, 1500);
+}
+
+// The model this server serves and what it offers (GET /page/config, open like the page): shown at the top,
+// and the language and translation choices filled in where the model has them.
+async function showModel(byId) {
+  let config;
+  try {
+    const response = await fetch("/page/config");
+    if (!response.ok) throw new Error(await errorMessage(response));
+    config = await response.json();
+  } catch (error) {
+    showStatus(byId("model"), `Could not ask the server which model it serves: ${error.message}`, true);
+    return;
+  }
+  const model = byId("model");
+  model.textContent = "Talking to ";
+  const name = document.createElement("strong");
+  name.textContent = config.model;
+  model.append(name, config.streaming ? ", a streaming model: captions grow as you speak." : ".");
+  const select = byId("language");
+  for (const {code, name: languageName} of config.languages) {
+    select.append(new Option(`${languageName} (${code})`, code));
+  }
+  byId("language-choice").hidden = config.languages.length === 0;
+  byId("translate-choice").hidden = !config.translate;
+  byId("choices").hidden = config.languages.length === 0 && !config.translate;
 }
 
 function main() {
   const byId = (id) => document.getElementById(id);
   const apiKey = () => byId("api-key").value.trim();
+  const choices = () => ({language: byId("language").value, translate: byId("translate").checked});
+  showModel(byId);
   let live = null;
   byId("mic").addEventListener("click", () => {
     if (live && live.running) {
       live.stop();
     } else {
-      live = new LiveCaptions({mic: byId("mic"), status: byId("live-status"), captions: byId("captions")}, apiKey);
+      live = new LiveCaptions({mic: byId("mic"), status: byId("live-status"), captions: byId("captions"),
+                               copy: byId("copy-captions")}, apiKey, choices);
       live.start();
     }
   });
 
   const files = new FileTranscriber({
     status: byId("file-status"), transcript: byId("transcript"), srt: byId("download-srt"), vtt: byId("download-vtt"),
-  }, apiKey);
+    copy: byId("copy-transcript"),
+  }, apiKey, choices);
+  byId("copy-transcript").addEventListener("click", (event) => copyText(event.target, byId("transcript").textContent));
+  byId("copy-captions").addEventListener("click", (event) => copyText(event.target,
+    [...document.querySelectorAll("#captions li.final")].map((li) => li.textContent).join("\n")));
   const input = byId("file");
   input.addEventListener("change", () => input.files.length && files.transcribe(input.files[0]));
   byId("download-srt").addEventListener("click", () => files.download("srt"));
