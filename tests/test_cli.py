@@ -156,15 +156,16 @@ def test_a_full_disk_fails_that_output_only_and_leaves_no_partial_file(tmp_path:
     first = tmp_path / "in" / "first.flac"
     first.parent.mkdir()
     first.write_bytes(JFK.read_bytes())
-    write_text = Path.write_text
+    import oasr.transcribe_command as command
 
-    def full_for_first(self: Path, *args, **kwargs):
-        if "first" in self.name:
-            write_text(self, "And so my fel", encoding="utf-8")  # what a full disk leaves: a cut-off file
+    replace = command.os.replace
+
+    def full_for_first(source, target, *args, **kwargs):
+        if "first" in Path(target).name:  # the partial file is written; a full disk fails it on the way
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return write_text(self, *args, **kwargs)
+        return replace(source, target, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "write_text", full_for_first)
+    monkeypatch.setattr(command.os, "replace", full_for_first)
     out = tmp_path / "out"
     assert main(["transcribe", str(first), str(JFK), "--device", "cpu", "--quiet", "--output-dir", str(out)]) == 1
     line = _one_error_line(capsys.readouterr().err)
