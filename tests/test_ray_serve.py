@@ -235,6 +235,8 @@ def test_a_dead_replica_fails_its_requests_with_503_while_the_other_serves_and_i
     replicas = RayReplicaSet(EngineCoreSpec("tiny.en", "cpu", "float32", SMALL_ENGINE, cpu_threads=1),
                              ReplicaOptions(2))
     try:
+        # Every replica runs the one engine core, as the thread and process hosts do.
+        assert {r.client.info.core_class for r in replicas._replicas} == {"oasr.hosting.core.EngineCore"}
         # 150 tokens a window: a request is surely still decoding when a replica is killed.
         slow = SlowEngine(replicas, min_new_tokens=150)
         with running_server(build_app(slow, settings)) as slow_url, \

@@ -41,6 +41,7 @@ def test_killed_core_fails_in_flight_requests_with_503_and_health_says_so():
     engine = small_engine("tiny.en")
     try:
         assert isinstance(engine, MPClient) and engine.pid != os.getpid()
+        assert engine.info.core_class == "oasr.hosting.core.EngineCore"  # the class the thread and Ray hosts run
         slow = SlowEngine(engine)  # 400 tokens a window: both requests are surely still decoding at the kill
         with running_server(build_app(slow, ServerSettings(served_model_name="tiny.en"))) as url, \
                 ThreadPoolExecutor(1) as pool:
@@ -130,6 +131,7 @@ def test_thread_mode_serves_the_same_text_and_reports_batch_sizes(tiny_en):
     engine = small_engine("tiny.en", mode="thread")
     try:
         assert not isinstance(engine, MPClient)
+        assert engine.info.core_class == "oasr.hosting.core.EngineCore"  # the class the process and Ray hosts run
         with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
             assert transcribe(url).text == oasr.transcribe(JFK, model=tiny_en)[0].text
             values = metrics(url)
