@@ -40,7 +40,11 @@ class StatedEngine(_WrappedEngine):
 
     def __init__(self, engine, state: str) -> None:
         super().__init__(engine)
-        self.state = state
+        self._state = state
+
+    @property
+    def state(self) -> str:
+        return self._state
 
 
 def _health(url: str) -> tuple[int, dict]:

@@ -119,6 +119,9 @@ class OpenAIServingTranscription:
         self.client_caps = ClientCaps(settings.max_in_flight_per_client, settings.max_in_flight_per_key,
                                       settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
+        # A request found the engine stopped (None: none has): the engine's restart count then. Unhealthy until a
+        # restarted engine core serves, even where the client has not noticed the death itself.
+        self._died_at_restart: int | None = None
         self.admission.on_change = self.metrics.in_flight_changed
         # Offline's cut: fixed windows, or quiet points for decoders without timestamps (the energy detector runs
         # on numpy-sized work here, beside the upload decoding).
@@ -126,7 +129,8 @@ class OpenAIServingTranscription:
 
     @property
     def healthy(self) -> bool:
-        return self.engine.alive
+        restarts = getattr(self.engine, "num_restarts", 0)
+        return self.engine.alive and (self._died_at_restart is None or restarts > self._died_at_restart)
 
     # ------------------------------------------------------------------------------------ request flow
 
@@ -468,6 +472,7 @@ class OpenAIServingTranscription:
                             type="server_error", code="replica_unavailable",
                             headers={"Retry-After": str(self.settings.retry_after_s)})
         if isinstance(exc, EngineDeadError):
+            self._died_at_restart = getattr(self.engine, "num_restarts", 0)
             log.error("engine unavailable: %s", exc)
             if getattr(self.engine, "state", "dead") == "starting":
                 return APIError(503, "The engine has stopped; a new engine core is loading the model, retry "
