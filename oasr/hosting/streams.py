@@ -1,7 +1,7 @@
-"""Stream messages (``core_protocol``'s ``OpenStream``, ``PushAudio``, ``CloseStream``, ``AbortStreams``) applied
-to a ``StreamingEngine``, remembering which client owns each stream: the part of a stream's life that the engine
-core process and the in-process engine thread share. Failures are kept for the loop to hand out with its next
-update; a stream's events go to its owner until the one that closes it."""
+"""Stream messages (``protocol``'s ``OpenStream``, ``PushAudio``, ``CloseStream``, ``AbortStreams``) applied to the
+engine's ``StreamingEngine``, remembering which client owns each stream: the engine core's bookkeeping for live
+streams. Failures are kept for the core to hand out with its next update; a stream's events go to its owner
+until the one that closes it."""
 
 from __future__ import annotations
 

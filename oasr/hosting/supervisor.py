@@ -29,7 +29,6 @@ class RestartBudget:
 
     def __init__(self, policy: RestartPolicy) -> None:
         self.policy = policy
-        self.num_restarts = 0  # cores started again since the first
         self._in_a_row = 0
         self._started_at = time.monotonic()
 
@@ -45,5 +44,4 @@ class RestartBudget:
 
     def started(self) -> None:
         """A new core is up and serving."""
-        self.num_restarts += 1
         self._started_at = time.monotonic()
