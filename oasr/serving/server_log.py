@@ -91,10 +91,23 @@ def banner_text(banner: Banner) -> str:
     return "\n".join(lines)
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes, not the one there when the server started (a
+    test runner or a daemon may replace and close the first)."""
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def show_server_log(log_format: LogFormat, stream: TextIO | None = None) -> None:
-    """Prints the banner and the access log on ``stream`` (stderr) at INFO, past the root logger's level, and
-    not also through the root's handlers."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Prints the banner and the access log on ``stream`` (stderr, as it is when each record comes) at INFO,
+    past the root logger's level, and not also through the root's handlers."""
+    handler = logging.StreamHandler(stream) if stream is not None else _CurrentStderr()
     handler.setFormatter(ServerLogFormatter(log_format))
     log.handlers[:] = [handler]
     log.setLevel(logging.INFO)
