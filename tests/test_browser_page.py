@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -38,6 +39,7 @@ from oasr.serving.app import build_app
 from oasr.serving.page import page_config_of
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import LOOPBACK_HOSTS, ServerSettings
+from nemotron_reference import build_reference, save
 from serving_harness import running_server, small_engine
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
@@ -64,7 +66,8 @@ CAPTION_RECORDER = """() => {
   window.recordingSince = performance.now();
   new MutationObserver(() => {
     for (const li of document.querySelectorAll('#captions li')) {
-      window.captionStates.push([li.dataset.itemId, li.className, li.textContent]);
+      window.captionStates.push([li.dataset.itemId, li.className, li.textContent,
+                                 (performance.now() - window.recordingSince) / 1000]);
     }
   }).observe(document.getElementById('captions'), {childList: true, subtree: true, characterData: true,
                                                    attributes: true});
@@ -174,10 +177,33 @@ class BrowserPage:
     console: list[str] = field(default_factory=list)  # console messages and uncaught errors, for failures
 
 
+@pytest.fixture(scope="module")
+def streaming_server(tmp_path_factory) -> str:
+    """A tiny random Nemotron streaming model (the cache-aware runtime: deltas while audio still arrives)."""
+    checkpoint = save(build_reference(), tmp_path_factory.mktemp("nemotron-page"))
+    engine = small_engine(str(checkpoint))
+    served = ServerSettings(served_model_name="nemotron-tiny", api_keys=(API_KEY,), allowed_hosts=LOOPBACK_HOSTS,
+                            request_timeout_s=300)
+    try:
+        with running_server(build_app(engine, served), ws_max_size=served.realtime.max_frame_bytes) as url:
+            yield url
+    finally:
+        engine.shutdown()
+
+
 @pytest.fixture
 def browser(tmp_path, server) -> BrowserPage:
     """A page of a fresh headless chromium at the server's ``/``, its console kept; the fake microphone plays
     the clip once."""
+    yield from _open_page(tmp_path, server)
+
+
+@pytest.fixture
+def streaming_browser(tmp_path, streaming_server) -> BrowserPage:
+    yield from _open_page(tmp_path, streaming_server)
+
+
+def _open_page(tmp_path: Path, server: str) -> Iterator[BrowserPage]:
     sync_playwright = _playwright()
     wav, microphone_s = _capture_wav(tmp_path)
     flags = [*CHROMIUM_FLAGS, f"--use-file-for-fake-audio-capture={wav}%noloop"]
@@ -224,13 +250,42 @@ def test_the_microphone_button_streams_live_captions_that_match_offline(browser,
     assert KEY_WORDS in " ".join(words(caption)), (finals, offline_jfk)
     assert similarity(caption, offline_jfk) >= MIN_WORD_SIMILARITY, (finals, offline_jfk)
     # Each line grew in place as a partial line (styled apart) before it turned final.
-    partial = [(item, text) for item, cls, text in page.evaluate("window.captionStates")
+    partial = [(item, text) for item, cls, text, _ in page.evaluate("window.captionStates")
                if cls == "partial" and text != "…"]
     assert partial and all(finals[item].startswith(text) for item, text in partial), (partial, finals)
     assert page.get_attribute("#mic", "aria-pressed") == "true"
     page.click("#mic")  # Stop: no turn open, so the socket closes at once
     page.wait_for_selector("#mic[aria-pressed='false']", timeout=10_000)
     assert page.text_content("#live-status") == "Microphone off."
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_streaming_model_draws_partial_captions_while_the_speaker_is_still_talking(streaming_browser, tmp_path):
+    """With a streaming model the server sends deltas as the audio arrives, so a caption line grows, styled as
+    partial, before the clip's speech has ended; each partial state is the start of the line's final text."""
+    page = streaming_browser.page
+    page.wait_for_selector("#model strong", timeout=30_000)
+    assert "a streaming model" in page.text_content("#model")
+    page.evaluate(CAPTION_RECORDER)
+    page.click("#mic")
+    try:
+        page.wait_for_function(CAPTIONS_DONE, arg=streaming_browser.microphone_s * 1000, timeout=CAPTION_TIMEOUT_MS)
+    except Exception:
+        _screenshot(page, tmp_path, "streaming-captions-timeout.png")
+        raise AssertionError(f"captions not final; status {page.text_content('#live-status')!r}; captions "
+                             f"{page.locator('#captions li').all_text_contents()}; "
+                             f"console {streaming_browser.console}") from None
+    _screenshot(page, tmp_path, "streaming-captions.png")
+    finals = dict(page.evaluate("[...document.querySelectorAll('#captions li')].map(li => [li.dataset.itemId, "
+                                "li.textContent])"))
+    assert finals and all(text.strip() for text in finals.values()), finals
+    states = page.evaluate("window.captionStates")
+    partial = [(item, text, at) for item, cls, text, at in states if cls == "partial" and text not in ("", "…")]
+    assert all(finals[item].startswith(text) for item, text, _ in partial), (partial, finals)
+    speech_ends_s = streaming_browser.microphone_s - TAIL_SILENCE_S
+    assert len({text for _, text, _ in partial}) >= 2, partial  # it grew, delta by delta
+    assert min(at for _, _, at in partial) < speech_ends_s - 2.0, (partial, speech_ends_s)  # while still talking
 
 
 @pytest.mark.browser
