@@ -31,20 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # annotations only: the server's API processes read these types without torch
-    import torch
-
+# What ``encode`` returns is what the decode strategies read, so it is declared below them, in ``oasr.decode``;
+# the families keep importing it from here.
+from oasr.decode.base import EncoderOutput  # noqa: F401
 from oasr.types import DecodeOptions, Task
-
-
-@dataclass
-class EncoderOutput:
-    """hidden: [B, T, D]; lengths: [B] valid frames of each row (int64, same device)."""
-
-    hidden: torch.Tensor
-    lengths: torch.Tensor
 
 
 @dataclass(frozen=True)
