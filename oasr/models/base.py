@@ -24,7 +24,7 @@ What each runner kind calls:
   and ``fuse_prompt(hidden, prompt_ids)`` (declared with identity defaults on ``oasr.models.frame_sync.
   FrameSyncModel``, which every such class subclasses), plus the methods its decode strategies document
   (``ctc_log_probs``; the transducer predictor and joint). Finishes in the encode walk.
-- ``word_timing``: ``align_words(loaded, rows, features) -> words per row``.
+- ``word_timing``: the record's ``aligner`` names a ``WordAligner`` (``oasr.models.aligners``) that times words.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Protocol
 # What ``encode`` returns is what the decode strategies read, so it is declared below them, in ``oasr.decode``;
 # the families keep importing it from here.
 from oasr.decode.base import EncoderOutput  # noqa: F401
-from oasr.types import DecodeOptions, Task
+from oasr.types import DecodeOptions, Task, Word
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,15 @@ class TextSpan:
     start: float
     end: float
     num_tokens: int
+
+
+@dataclass(frozen=True)
+class TimedSegment:
+    """A segment after word alignment: bounds (possibly moved to its words) and its words."""
+
+    start: float
+    end: float
+    words: tuple[Word, ...]
 
 
 @dataclass(frozen=True)
