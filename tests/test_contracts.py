@@ -1,5 +1,5 @@
 """Contracts are types: the registries check what registers against its protocol, and the runners check the model
-they are handed, each naming every member that is missing."""
+they are handed, each naming every member that is missing; the capability record names a registered aligner."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from oasr.engine.contracts import AutoregressiveModel, FrameSynchronousModel, Ru
 from oasr.engine.frame_runner import FrameSyncRunner
 from oasr.engine.runners import RUNNERS
 from oasr.models import ARCHITECTURES
-from oasr.models.capabilities import capabilities_of
+from oasr.models.aligners import WORD_ALIGNERS, WordAligner
+from oasr.models.capabilities import ModelCapabilities, capabilities_of
 from oasr.models.loader import LoadedModel
 from oasr.registry import ContractError, Registry, conform, missing_members, protocol_members
 from oasr.streaming import STREAMING_RUNTIMES
@@ -109,3 +110,20 @@ def test_a_runner_refuses_a_model_that_lacks_its_protocol_when_built() -> None:
         AutoregressiveRunner(_loaded(EncoderOnly()), EngineConfig())
     with pytest.raises(ContractError, match="FrameSynchronousModel requires: it lacks fuse_prompt, prompt_id"):
         FrameSyncRunner(_loaded(EncoderOnly()), EngineConfig())
+
+
+def test_the_capability_record_names_a_registered_word_aligner() -> None:
+    assert WORD_ALIGNERS.contract is WordAligner
+    timed = {name: capabilities_of(arch) for name, arch in ARCHITECTURES.items() if capabilities_of(arch).word_timing}
+    assert "whisper" in timed
+    for name, record in timed.items():
+        assert missing_members(WORD_ALIGNERS.get(record.aligner), WordAligner) == [], name
+    assert "sequential" in capabilities_of(ARCHITECTURES.get("whisper")).long_form
+    assert capabilities_of(ARCHITECTURES.get("parakeet_ctc")).long_form == ("parallel",)
+
+
+def test_a_record_that_times_words_must_name_its_aligner() -> None:
+    with pytest.raises(ValueError, match="word_timing and aligner go together"):
+        ModelCapabilities(runner="frame_sync", decode_strategies=("ctc_greedy",), word_timing=True)
+    with pytest.raises(ValueError, match="long_form must include parallel"):
+        ModelCapabilities(runner="frame_sync", decode_strategies=("ctc_greedy",), long_form=("sequential",))
