@@ -8,15 +8,14 @@ __version__ = "0.1.0"
 __all__ = ["Transcription", "TranscribeOptions", "from_pretrained", "iter_transcribe", "transcribe"]
 
 if TYPE_CHECKING:
-    from oasr.api import iter_transcribe, transcribe
-    from oasr.models.loader import from_pretrained
+    from oasr.api import from_pretrained, iter_transcribe, transcribe
     from oasr.types import TranscribeOptions, Transcription
 
 # Importing torch and the models costs seconds; ``import oasr`` stays cheap until one of these is used.
 _LAZY = {
     "transcribe": "oasr.api",
     "iter_transcribe": "oasr.api",
-    "from_pretrained": "oasr.models.loader",
+    "from_pretrained": "oasr.api",
     "Transcription": "oasr.types",
     "TranscribeOptions": "oasr.types",
 }

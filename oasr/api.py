@@ -10,10 +10,19 @@ import numpy as np
 import torch
 
 from oasr.engine.config import EngineConfig
-from oasr.transcription.offline import AudioInput, OfflineTranscriber, ProgressCallback, no_progress
+from oasr.transcription.offline import AudioInput, OfflineTranscriber, ProgressCallback, calibration_feed, no_progress
 from oasr.errors import TranscriptionFailedError
-from oasr.models.loader import LoadedModel, from_pretrained
+from oasr.models import loader
+from oasr.models.loader import LoadedModel
 from oasr.types import LongForm, Task, Transcription, TranscribeOptions
+
+
+def from_pretrained(name_or_path: str | Path = "tiny.en", **options) -> LoadedModel:
+    """``oasr.from_pretrained``: ``oasr.models.loader.from_pretrained`` (the same options) with the offline
+    transcriber as the calibration a quantization at load runs (int8's SmoothQuant), which the loader, below the
+    transcriber, is handed rather than imports."""
+    options.setdefault("calibration_feed", calibration_feed)
+    return loader.from_pretrained(name_or_path, **options)
 
 
 def _as_list(inputs: AudioInput | Sequence[AudioInput]) -> list[AudioInput]:

@@ -19,7 +19,8 @@ from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.server_log import LOG_FORMATS
 from oasr.serving.settings import ServerSettings
-from oasr.transcribe_command import StdoutError, output_names, write_output  # noqa: F401 (oasr.cli's names too)
+from oasr.transcribe_command import (  # noqa: F401 (oasr.cli's names too)
+    StdoutError, engine_config_of, output_names, write_output)
 from oasr.vad import VAD_DETECTORS
 
 if TYPE_CHECKING:
@@ -37,15 +38,6 @@ def _add_kv_cache(p: argparse.ArgumentParser) -> None:
                    help="how decoders hold their attention keys and values: 'auto' in the model's dtype, 'fp8' in "
                    "float8 e4m3 with a scale per position and head (half the memory per request and per decode "
                    "step; CUDA 8.9+ or the CPU; see docs/quantization.md)")
-
-
-def engine_config_of(args: argparse.Namespace):
-    """The ``EngineConfig`` a command's --kv-cache-dtype asks for (None: the defaults)."""
-    if args.kv_cache_dtype == "auto":
-        return None
-    from oasr.engine.config import CacheConfig, EngineConfig
-
-    return EngineConfig(cache=CacheConfig(kv_cache_dtype=args.kv_cache_dtype))
 
 
 def _add_transcribe(sub: argparse._SubParsersAction) -> None:

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from oasr.models.converters.native import save_native
     from oasr.models.loader import from_pretrained
     from oasr.quantization.apply import quantize_model
+    from oasr.transcription.offline import calibration_feed
 
     destination: Path = args.destination
     if destination.exists() and not destination.is_dir():
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # Quantized on the host in float32, on the torch backend, so the calibration hooks see every norm.
     loaded = from_pretrained(args.source, device="cpu", dtype="float32", backend="torch", keep_checkpoint=True)
-    spec = quantize_model(loaded, args.method, calibration=calibration, alpha=args.alpha,
+    spec = quantize_model(loaded, args.method, calibration=calibration, feed=calibration_feed, alpha=args.alpha,
                           decode_steps=args.decode_steps)
     tied = ARCHITECTURES.get(loaded.architecture).tied_keys
     state = {k: v for k, v in loaded.model.state_dict().items() if k not in tied}

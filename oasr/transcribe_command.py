@@ -20,6 +20,16 @@ if TYPE_CHECKING:
     from oasr.types import TranscribeOptions, Transcription
 
 
+def engine_config_of(args: argparse.Namespace):
+    """The ``EngineConfig`` a command's --kv-cache-dtype asks for (None: the defaults); ``oasr serve`` reads it
+    here too."""
+    if args.kv_cache_dtype == "auto":
+        return None
+    from oasr.engine.config import CacheConfig, EngineConfig
+
+    return EngineConfig(cache=CacheConfig(kv_cache_dtype=args.kv_cache_dtype))
+
+
 def output_names(files: Sequence[Path]) -> list[str]:
     """The --output-dir stem of each input file (``oasr.scale.inputs.output_names``)."""
     from oasr.scale.inputs import TranscribeInput, output_names as names_of
@@ -185,10 +195,8 @@ def _progress_bar(args: argparse.Namespace, unit: str, total: float = 0):
 
 
 def _local_results(args: argparse.Namespace, paths: list[Path]):
-    from oasr.api import iter_transcribe
-    from oasr.cli import engine_config_of
+    from oasr.api import from_pretrained, iter_transcribe
     from oasr.models.capabilities import capabilities_of
-    from oasr.models.loader import from_pretrained
 
     loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
                              quantization=args.quantization)
@@ -213,7 +221,6 @@ def _local_results(args: argparse.Namespace, paths: list[Path]):
 
 def _ray_results(args: argparse.Namespace, paths: list[Path], options: TranscribeOptions, ray_options: RayOptions):
     """Results from a Ray cluster as they come; the bar counts files (audio lengths are known only remotely)."""
-    from oasr.cli import engine_config_of
     from oasr.scale.ray_transcribe import WorkerSpec, transcribe_on_ray
 
     model = os.path.abspath(args.model) if os.path.isdir(args.model) else args.model  # actors' cwd may differ

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from oasr.engine.block_pool import BlockPool
-from oasr.engine.memory import cache_zeros
+from oasr.cache_memory import cache_zeros
 
 
 def _rss_bytes() -> int:

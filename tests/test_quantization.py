@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from oasr.api import from_pretrained  # the public one: it hands the loader the calibration feed
 from oasr.audio import load_audio
 from oasr.bench.wer import word_error_rate
 from oasr.cli import main
 from oasr.errors import CheckpointError, UnsupportedQuantizationError
 from oasr.models import ARCHITECTURES
-from oasr.models.loader import from_pretrained
 from oasr.quantization import QUANT_METHODS, QuantizationSpec
 from oasr.quantization.apply import (
     check_serves,
@@ -26,6 +26,7 @@ from oasr.quantization.apply import (
     quantized_modules,
 )
 from oasr.quantization.smooth import activation_ranges, expand_groups, smooth
+from oasr.transcription.offline import calibration_feed
 from speech_data import audio_path, english_short, require_speech_data
 
 # The first English clips of the shared set (manifest order): enough words for a WER, few enough to stay fast.
@@ -133,7 +134,7 @@ def test_smoothing_leaves_the_float_model_unchanged(tiny_en_fresh) -> None:
     fc1_before = model.model.encoder.layers[1].fc1.weight.clone()
     groups = expand_groups(model, type(model).capabilities.smooth_groups)
     assert len(groups) == 4 * 2 + 4 * 3 + 1
-    smoothing = smooth(model, groups, activation_ranges(loaded, groups, default_calibration()), 0.5, "test")
+    smoothing = smooth(model, groups, activation_ranges(loaded, groups, default_calibration(), calibration_feed), 0.5, "test")
     assert smoothing.groups == groups
     assert not torch.allclose(model.model.encoder.layers[1].fc1.weight, fc1_before, rtol=0.05)
     with torch.inference_mode():

@@ -76,11 +76,13 @@ def test_two_attached_clients_share_one_core_abort_and_see_its_death(offline_tex
 
 _SERVE = """
 import sys
+from oasr.serving.app import ServingServer, build_app
 from oasr.serving.settings import ServerSettings
 from oasr.serving.workers import serve_workers
 from serving_harness import SMALL_ENGINE
 serve_workers("tiny.en", ServerSettings(served_model_name="tiny.en"), host="127.0.0.1", port=int(sys.argv[1]),
-              api_workers=2, device="cpu", dtype="float32", config=SMALL_ENGINE, cpu_threads=1)
+              api_workers=2, device="cpu", dtype="float32", config=SMALL_ENGINE, cpu_threads=1,
+              build_app=build_app, server_class=ServingServer)
 """
 
 

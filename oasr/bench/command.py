@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         load_manifest,
         single_request_latency,
     )
-    from oasr.models.loader import from_pretrained, pick_device, pick_dtype
+    from oasr.api import from_pretrained
+    from oasr.models.loader import pick_device, pick_dtype
 
     device = pick_device(args.device)
     dtype = pick_dtype(None if args.dtype == "auto" else args.dtype, device)

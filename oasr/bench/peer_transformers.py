@@ -121,7 +121,7 @@ def run_transformers(
 
 
 def loaded_prompt(loaded: LoadedModel) -> list[int]:
-    from oasr.models.whisper.prompt import WhisperPrompter
     from oasr.types import DecodeOptions
 
-    return list(WhisperPrompter(loaded.config, loaded.tokenizer, loaded.name).prompt(DecodeOptions(), "en").token_ids)
+    prompter = type(loaded.model).prompt_builder(loaded.config, loaded.tokenizer, loaded.name)
+    return list(prompter.prompt(DecodeOptions(), "en").token_ids)

@@ -1,8 +1,22 @@
-"""The base every decode strategy registers under: what the engine reads of a strategy class."""
+"""The base every decode strategy registers under (what the engine reads of a strategy class), and the encoder
+output every strategy reads."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:  # annotations only: the server's API processes read these types without torch
+    import torch
+
+
+@dataclass
+class EncoderOutput:
+    """What a model's ``encode`` returns and a strategy reads. hidden: [B, T, D]; lengths: [B] valid frames of
+    each row (int64, same device)."""
+
+    hidden: torch.Tensor
+    lengths: torch.Tensor
 
 
 class DecodeStrategy:

@@ -12,9 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.base import DecodeStrategy
+from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.pending import CopiedTokens
-from oasr.models.base import EncoderOutput
 
 
 class CTCModel(Protocol):

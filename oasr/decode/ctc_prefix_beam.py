@@ -19,10 +19,9 @@ from typing import ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.base import DecodeStrategy
+from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
 from oasr.decode.pending import LaunchesEagerly
-from oasr.models.base import EncoderOutput
 
 # Two hashes modulo primes below 2^31: products stay inside int64, and a false merge needs both to collide.
 _HASH_MODULI = (2_147_483_647, 1_000_000_007)

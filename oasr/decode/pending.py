@@ -12,7 +12,7 @@ from typing import Protocol
 
 import torch
 
-from oasr.models.base import EncoderOutput
+from oasr.decode.base import EncoderOutput
 
 
 class PendingTokens(Protocol):

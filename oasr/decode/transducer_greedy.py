@@ -32,9 +32,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.base import DecodeStrategy
+from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.pending import LaunchesEagerly
-from oasr.models.base import EncoderOutput
 
 # logits [B, num_joint_outputs] -> (token [B], frames to advance [B]); a blank never advances 0.
 Rule = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]

@@ -37,6 +37,7 @@ from oasr.decode import DECODE_STRATEGIES
 from oasr.engine.aed_beams import BeamRows, BeamTick
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
+from oasr.engine.contracts import AutoregressiveModel, decoder_contract
 from oasr.engine.cross_cache import NoCrossStore, PagedCrossStore, SlotCrossStore
 from oasr.engine.kv_cache import PagedKVPool, paged_context
 from oasr.engine.memory import MemoryPlan, plan_memory
@@ -52,6 +53,7 @@ from oasr.kernels import paged_attention
 from oasr.layers.kv_format import format_for
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
+from oasr.registry import conform
 from oasr.types import DecodeOptions
 
 log = logging.getLogger(__name__)
@@ -66,15 +68,25 @@ def _bucket(value: int, buckets: tuple[int, ...]) -> int:
 class AutoregressiveRunner:
     incremental = True
     overlaps_steps = False  # each step's tokens feed the next: a step reads its result before it returns
+    # The rest of the Runner contract (oasr.engine.contracts), set in __init__ from the model and the memory plan.
+    pads_to_window: bool
+    max_positions: int
+    window_samples: int
+    end_token: int
+    stop_tokens: tuple[int, ...]
+    block_pool: BlockPool
+    cross_pool: BlockPool | None
+    phase_seconds: dict[str, float]
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
-        self.model = loaded.model
+        self.model = conform(loaded.model, AutoregressiveModel, f"{loaded.name} ({loaded.architecture})")
         self.device = loaded.device
         self.dtype = loaded.dtype
         arch = type(self.model)
         self.capabilities = capabilities_of(arch)
         self.spec = self.model.decoder_spec
+        conform(self.model, decoder_contract(self.spec), f"{loaded.name} ({loaded.architecture})")
         self.prompter = arch.prompt_builder(loaded.config, loaded.tokenizer, loaded.name)
         self.end_token = self.prompter.end_token
         self.stop_tokens = self.prompter.filters.stop_tokens  # more tokens that end a request, not kept
@@ -93,7 +105,7 @@ class AutoregressiveRunner:
         self.block_pool = BlockPool(self.plan.num_blocks, block_size)
         if self.spec.cross is None:  # the audio is spliced into the prompt (PromptAudio)
             self.cross: NoCrossStore | SlotCrossStore | PagedCrossStore = NoCrossStore()
-            self.cross_pool: BlockPool | None = None
+            self.cross_pool = None
         elif self.spec.cross.fixed:
             self.cross = SlotCrossStore(self.spec, slots, self.kv_format, self.device)
             self.cross_pool = None

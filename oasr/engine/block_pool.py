@@ -1,7 +1,7 @@
 """A free list of KV block ids. Block 0 is reserved as the null block that idle decode rows write into.
 
 The list is a stack: a freed block is the next one handed out, so the blocks in use stay among the lowest ids
-and a host cache is resident only as far as the peak load reached (see ``oasr.engine.memory.cache_zeros``)."""
+and a host cache is resident only as far as the peak load reached (see ``oasr.cache_memory.cache_zeros``)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from oasr.kernels import KV_CACHE_DTYPES  # CacheConfig.kv_cache_dtype (oasr.layers.kv_format)
+
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-KV_CACHE_DTYPES = ("auto", "fp8")  # CacheConfig.kv_cache_dtype (oasr.layers.kv_format)
 
 
 @dataclass(frozen=True)

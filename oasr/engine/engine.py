@@ -11,6 +11,7 @@ import torch
 
 from oasr.engine.batch_stats import BatchSizeCounter, BatchSizeCounts
 from oasr.engine.config import EngineConfig
+from oasr.engine.contracts import OverlappingRunner
 from oasr.engine.request import Request, RequestOutput
 from oasr.engine.runners import RUNNERS
 from oasr.engine.scheduler import Scheduler
@@ -19,6 +20,7 @@ from oasr.engine.step import PendingStep, SchedulerOutput
 from oasr.errors import OASRError
 from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel
+from oasr.registry import conform
 from oasr.types import DecodeOptions
 
 _LENGTH_LOOKAHEAD_BATCHES = 4  # offline feeding reads this many encode batches ahead to group similar lengths
@@ -32,6 +34,8 @@ class ASREngine:
         self.loaded = loaded
         self.capabilities = capabilities_of(type(loaded.model))
         self.runner = RUNNERS.get(self.capabilities.runner)(loaded, config)
+        if self.runner.overlaps_steps:
+            conform(self.runner, OverlappingRunner, f"the {self.capabilities.runner} runner")
         self.pool = self.runner.block_pool
         # The memory plan may grant fewer slots than asked; the scheduler must not hand out more.
         self.config = replace(config, scheduler=replace(config.scheduler, max_num_seqs=self.runner.num_slots))

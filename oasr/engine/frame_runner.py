@@ -19,16 +19,17 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.base import EncoderOutput
 from oasr.decode.pending import PendingTokens
 from oasr.engine.config import EngineConfig
+from oasr.engine.contracts import FrameSynchronousModel
 from oasr.engine.request import Request
 from oasr.engine.runners import RUNNERS
 from oasr.engine.step import EncodeResult, RunnerOutput, SchedulerOutput
 from oasr.errors import UnsupportedOptionError
-from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import capabilities_of, check_options
-from oasr.models.frame_sync import FrameSyncModel
 from oasr.models.loader import LoadedModel
+from oasr.registry import conform
 from oasr.types import DecodeOptions
 
 # Self-attention over a whole window costs O(frames^2) memory; 60 s is 750 encoder frames after 8x subsampling.
@@ -80,12 +81,15 @@ class FrameSyncRunner:
     stop_tokens: tuple[int, ...] = ()
     block_pool = None  # no decoder caches
     cross_pool = None
+    # The rest of the Runner contract (oasr.engine.contracts), set in __init__.
+    num_slots: int
+    window_samples: int
+    phase_seconds: dict[str, float]
 
     def __init__(self, loaded: LoadedModel, config: EngineConfig) -> None:
         self.loaded = loaded
-        self.model = loaded.model
-        if not isinstance(self.model, FrameSyncModel):  # the prompt seam below is declared there
-            raise TypeError(f"{loaded.architecture}: a frame_sync architecture must subclass FrameSyncModel")
+        # The prompt pair is declared, with its defaults, on oasr.models.frame_sync.FrameSyncModel.
+        self.model = conform(loaded.model, FrameSynchronousModel, f"{loaded.name} ({loaded.architecture})")
         refuse_kv_cache_dtype(loaded, config)
         self.device = loaded.device
         self.capabilities = capabilities_of(type(self.model))

@@ -7,12 +7,11 @@ each request's own encoder length. Decoder-only models have no cross-attention s
 
 from __future__ import annotations
 
-import math
-import mmap
 from dataclasses import dataclass
 
 import torch
 
+from oasr.cache_memory import cache_zeros
 from oasr.engine.config import CacheConfig
 from oasr.errors import OASRError
 from oasr.layers.kv_format import KVFormat
@@ -34,20 +33,6 @@ class MemoryPlan:
     cross_bytes: int
     pool_bytes: int
     num_cross_blocks: int = 0  # cross-attention blocks (variable-length models), the null block included
-
-
-def cache_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A zeroed cache tensor. On the host it lies in an anonymous mapping: the kernel supplies zeroed pages as
-    they are first written, so a pool sized for the budget is resident only as far as requests have used it
-    (with the lowest slots and blocks handed out first, that is the peak load's share)."""
-    if device.type != "cpu":
-        return torch.zeros(shape, dtype=dtype, device=device)
-    count = math.prod(shape)
-    # Private: a page read before it is written maps the kernel's shared zero page and costs nothing (a shared
-    # mapping would allocate it).
-    mapping = mmap.mmap(-1, max(count * dtype.itemsize, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
-                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    return torch.frombuffer(mapping, dtype=dtype, count=count).view(shape)
 
 
 def kv_zeros(fmt: KVFormat, layers: int, num_blocks: int, block_size: int, heads: int, head_dim: int,

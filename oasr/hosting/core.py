@@ -194,10 +194,12 @@ def build_engine(spec: EngineCoreSpec, *, live_streams: bool = True) -> Engine:
 
     from oasr.engine.combined import Engine
     from oasr.models.loader import from_pretrained
+    from oasr.transcription.offline import calibration_feed
 
     if spec.cpu_threads is not None:
         torch.set_num_threads(spec.cpu_threads)
-    loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
+    loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization,
+                             calibration_feed=calibration_feed)
     if spec.cpu_threads is None and loaded.device.type == "cuda":
         # The GPU does the work; a pool of spinning CPU threads per step would only take cores from the HTTP
         # workers beside the core.

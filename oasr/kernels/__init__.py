@@ -9,9 +9,25 @@ gap, and so is an op whose kernel covers only part of it: they are listed here s
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
-from oasr.layers.backend import KernelGap
+# The formats a decoder's K/V caches are held in (``CacheConfig.kv_cache_dtype``): "auto" in the model's dtype,
+# "fp8" in float8 e4m3 with a scale per position and head, which the cache kernels store and read
+# (``kv_store``, ``paged_attention``; the torch definitions are ``oasr.layers.kv_format``'s). Named here, in a
+# module without torch, so a configuration checks a name without loading torch (``oasr.engine.config``).
+KV_CACHE_DTYPES = ("auto", "fp8")
+
+
+@dataclass(frozen=True)
+class KernelGap:
+    """An op of the waist that the ``kernels`` backend does not accelerate yet (``oasr.layers.backend`` reports
+    the gaps a model hits; it is declared here, beside the kernels, so the waist imports the kernels and never
+    the other way round)."""
+
+    op: str
+    reason: str
+
 
 # conformer_conv: padding mask, depthwise convolution, batch norm and activation of a Conformer convolution
 # module in one pass after torch's GLU (oasr.kernels.conformer_conv).

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from oasr.layers.basic import Linear
+from oasr.layers.sdpa import sdpa  # noqa: F401 (oasr.layers.attention's name too)
 from oasr.layers.shared_input import SharedInput
 
 if TYPE_CHECKING:
@@ -22,20 +22,6 @@ if TYPE_CHECKING:
 
 # Where a projection goes: a buffer written in place ([B, T, E]), or a callable handed the rows [B * T, E].
 KVOut = torch.Tensor | Callable[[torch.Tensor], None]
-
-
-def sdpa(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-) -> torch.Tensor:
-    """q: [B, H, Tq, D]; k, v: [B, Hkv, Tk, D]; mask: bool [B|1, 1, Tq, Tk] (True = attend) -> [B, H, Tq, D].
-    Hkv may divide H (grouped key/value heads): key/value head j then serves query heads j*H/Hkv .. (j+1)*H/Hkv-1."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                          enable_gqa=k.shape[1] != q.shape[1])
 
 
 class MultiHeadAttention(nn.Module):

@@ -9,10 +9,11 @@ falling back silently.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Literal
 
 from torch import nn
+
+from oasr.kernels import DECLARED_GAPS, KERNELS, KernelGap
 
 Backend = Literal["torch", "kernels"]
 BACKENDS: tuple[Backend, ...] = ("torch", "kernels")
@@ -20,17 +21,7 @@ BACKENDS: tuple[Backend, ...] = ("torch", "kernels")
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class KernelGap:
-    """An op of the waist that the ``kernels`` backend does not accelerate yet."""
-
-    op: str
-    reason: str
-
-
 def kernel_gaps() -> list[KernelGap]:
-    from oasr.kernels import DECLARED_GAPS
-
     return list(DECLARED_GAPS)
 
 
@@ -41,7 +32,6 @@ def apply_backend(model: nn.Module, backend: Backend) -> list[KernelGap]:
     torch elsewhere), and the submodules that kernel absorbs are not counted as gaps."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown layer backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    from oasr.kernels import KERNELS
 
     absorbed: set[int] = set()
     for module in model.modules():

@@ -6,14 +6,29 @@ op that would replace its forward under the ``kernels`` backend (``KERNEL_OP``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from oasr.quantization.method import QuantizedGemm
+
+class QuantGemm(Protocol):
+    """What a quantized ``Linear`` (and ``SharedInput``) calls on the GEMM its quantization method bound it to
+    (``oasr.quantization.method.QuantizedGemm``). Declared here, where it is called, so the waist does not name
+    the package built on it."""
+
+    method: Any  # the quantization method: ``bind(device, shape)`` binds the layer again after a move
+
+    def __call__(self, x: torch.Tensor, layer: nn.Module, act: nn.Module | None = None) -> torch.Tensor: ...
+
+    @property
+    def activation_key(self) -> tuple[str, str]: ...
+
+    def quantize(self, rows: torch.Tensor, act: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def multiply(self, quantized: tuple[torch.Tensor, torch.Tensor], layer: nn.Module,
+                 dtype: torch.dtype) -> torch.Tensor: ...
 
 
 def tensor_key(t: torch.Tensor) -> tuple:
@@ -48,7 +63,7 @@ class Linear(nn.Linear):
 
     KERNEL_OP: ClassVar[str] = "linear"
     QUANTIZABLE: ClassVar[bool] = True
-    quant_gemm: QuantizedGemm | None = None
+    quant_gemm: QuantGemm | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gemm = self.quant_gemm
@@ -68,7 +83,7 @@ class Linear(nn.Linear):
         """The float dtype this layer computes in (its weight's, or the model's when the weight is quantized)."""
         return self.weight.dtype if self.quant_gemm is None else self.__dict__["_compute_dtype"]
 
-    def set_quantized(self, gemm: QuantizedGemm, weight: torch.Tensor, scale: torch.Tensor) -> None:
+    def set_quantized(self, gemm: QuantGemm, weight: torch.Tensor, scale: torch.Tensor) -> None:
         """Makes this layer quantized: ``weight`` [out, in] in the method's storage dtype, ``scale`` [out]."""
         if tuple(weight.shape) != (self.out_features, self.in_features) or tuple(scale.shape) != (self.out_features,):
             raise ValueError(f"quantized weight {tuple(weight.shape)} / scale {tuple(scale.shape)} do not fit "

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from oasr.layers.attention import sdpa
+from oasr.layers.sdpa import sdpa
 
 
 class SelfAttentionCache(Protocol):

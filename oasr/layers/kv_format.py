@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from oasr.engine.config import KV_CACHE_DTYPES
 from oasr.errors import UnsupportedOptionError
+from oasr.kernels import KV_CACHE_DTYPES
 
 FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0

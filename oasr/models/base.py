@@ -24,27 +24,19 @@ What each runner kind calls:
   and ``fuse_prompt(hidden, prompt_ids)`` (declared with identity defaults on ``oasr.models.frame_sync.
   FrameSyncModel``, which every such class subclasses), plus the methods its decode strategies document
   (``ctc_log_probs``; the transducer predictor and joint). Finishes in the encode walk.
-- ``word_timing``: ``align_words(loaded, rows, features) -> words per row``.
+- ``word_timing``: the record's ``aligner`` names a ``WordAligner`` (``oasr.models.aligners``) that times words.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:  # annotations only: the server's API processes read these types without torch
-    import torch
-
-from oasr.types import DecodeOptions, Task
-
-
-@dataclass
-class EncoderOutput:
-    """hidden: [B, T, D]; lengths: [B] valid frames of each row (int64, same device)."""
-
-    hidden: torch.Tensor
-    lengths: torch.Tensor
+# What ``encode`` returns is what the decode strategies read, so it is declared below them, in ``oasr.decode``;
+# the families keep importing it from here.
+from oasr.decode.base import EncoderOutput  # noqa: F401
+from oasr.types import DecodeOptions, Task, Word
 
 
 @dataclass(frozen=True)
@@ -114,6 +106,15 @@ class TextSpan:
     start: float
     end: float
     num_tokens: int
+
+
+@dataclass(frozen=True)
+class TimedSegment:
+    """A segment after word alignment: bounds (possibly moved to its words) and its words."""
+
+    start: float
+    end: float
+    words: tuple[Word, ...]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 from oasr.errors import UnsupportedOptionError
 from oasr.quantization.spec import SmoothGroup
-from oasr.types import DecodeOptions
+from oasr.types import LONG_FORM_MODES, DecodeOptions
 
 RUNNER_KINDS = ("autoregressive", "frame_sync")
 
@@ -47,7 +47,13 @@ class ModelCapabilities:
     decode_strategies: tuple[str, ...]  # names in DECODE_STRATEGIES; the first decodes by default
     options: frozenset[str] = frozenset()  # keys of OPTION_FIELDS the model serves (beam_size comes from strategies)
     tasks: tuple[str, ...] = ("transcribe",)
-    word_timing: bool = False  # the architecture aligns words to audio (``align_words``)
+    word_timing: bool = False  # the architecture aligns words to audio, through ``aligner``
+    # The ``WORD_ALIGNERS`` entry that times its words (``oasr.models.aligners``): set exactly with word_timing.
+    aligner: str | None = None
+    # The long-form drivers (``TranscribeOptions.long_form``) that can drive it: every model is driven by
+    # "parallel" (windows decoded independently); "sequential" (openai-whisper's seek loop,
+    # ``oasr.transcription.sequential``) needs timestamp tokens and features of the whole input.
+    long_form: tuple[str, ...] = ("parallel",)
     streaming: str | None = None  # a streaming-runtime name, or None for offline models
     # The longest audio one request holds, in seconds; None: the feature extractor's window (Whisper's 30 s).
     window_seconds: float | None = None
@@ -66,6 +72,10 @@ class ModelCapabilities:
         unknown = sorted(set(self.options) - set(OPTION_FIELDS))
         if unknown or "beam_size" in self.options:
             raise ValueError(f"unknown or strategy-served options declared: {unknown or ['beam_size']}")
+        if self.word_timing != (self.aligner is not None):
+            raise ValueError("word_timing and aligner go together: an architecture that times words names its aligner")
+        if "parallel" not in self.long_form or not set(self.long_form) <= set(LONG_FORM_MODES):
+            raise ValueError(f"long_form must include parallel, within {', '.join(LONG_FORM_MODES)}; got {self.long_form}")
         if not self.tasks or any(t not in ("transcribe", "translate") for t in self.tasks):
             raise ValueError(f"tasks must be a non-empty subset of transcribe, translate; got {self.tasks}")
 

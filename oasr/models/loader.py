@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -138,11 +139,14 @@ def from_pretrained(
     backend: Backend | None = None,
     keep_checkpoint: bool = False,
     quantization: str | None = None,
+    calibration_feed: Callable[[Any, Sequence[Path]], None] | None = None,
 ) -> LoadedModel:
     """Loads a model by embedded name (``tiny.en``, ``base``) or from a directory in any supported format.
     ``backend``: the layer waist's (``oasr.layers.backend``); by default ``kernels`` on CUDA, ``torch`` elsewhere.
     A quantized checkpoint loads quantized as it is; ``quantization`` (``fp8``, ``int8``) quantizes a
-    full-precision one here, as ``oasr quantize`` would with its default calibration (``oasr.quantization``)."""
+    full-precision one here, as ``oasr quantize`` would with its default calibration (``oasr.quantization``),
+    which ``calibration_feed`` transcribes (int8's smoothing needs it; ``oasr.from_pretrained`` passes the offline
+    transcriber's, ``oasr.transcription.offline.calibration_feed``: the loader sits below the transcriber)."""
     source = resolve_source(name_or_path)
     checkpoint = read_checkpoint(source)
     config, model = build_model(checkpoint)
@@ -153,7 +157,7 @@ def from_pretrained(
         from oasr.quantization.apply import check_serves
 
         check_serves(method, target_device, target_dtype)
-    _quantize_at_load(source, checkpoint, config, model, quantization)
+    _quantize_at_load(source, checkpoint, config, model, quantization, calibration_feed)
     model = model.to(device=target_device, dtype=target_dtype).eval().requires_grad_(False)
     return _assemble(source, checkpoint, config, model, target_device, target_dtype,
                      backend or ("kernels" if target_device.type == "cuda" else "torch"), keep_checkpoint)
@@ -179,7 +183,7 @@ def _assemble(source: ModelSource, checkpoint: Checkpoint, config: Any, model: n
 
 
 def _quantize_at_load(source: ModelSource, checkpoint: Checkpoint, config: Any, model: nn.Module,
-                      quantization: str | None) -> None:
+                      quantization: str | None, feed: Callable[[Any, Sequence[Path]], None] | None) -> None:
     """Applies ``quantization`` now to a float model (on the host, float32, calibrated on the bundled sample
     when the method smooths); a quantized checkpoint already is, and only the same method may be asked of it."""
     if quantization is None or checkpoint.quantization is not None:
@@ -193,4 +197,4 @@ def _quantize_at_load(source: ModelSource, checkpoint: Checkpoint, config: Any, 
 
     host = _assemble(source, checkpoint, config, model.float().eval().requires_grad_(False), torch.device("cpu"),
                      torch.float32, "torch", keep_checkpoint=False)
-    quantize_model(host, quantization)
+    quantize_model(host, quantization, feed=feed)

@@ -17,7 +17,7 @@ from oasr.errors import UnsupportedQuantizationError
 from oasr.layers import Linear
 from oasr.quantization import DEFAULT_ALPHA, QUANT_METHODS, QuantizationSpec
 from oasr.quantization.method import QuantMethod, check_dtype
-from oasr.quantization.smooth import Calibration, activation_ranges, expand_groups, smooth
+from oasr.quantization.smooth import Calibration, CalibrationFeed, activation_ranges, expand_groups, smooth
 from oasr.quantization.spec import matching
 from oasr.registry import UnknownEntryError
 
@@ -70,11 +70,13 @@ def quantized_modules(model: nn.Module, *, decode_steps: bool = False) -> tuple[
 
 
 def quantize_model(loaded, method_name: str, *, calibration: Calibration | None = None,
-                   alpha: float = DEFAULT_ALPHA, decode_steps: bool = False) -> QuantizationSpec:
+                   feed: CalibrationFeed | None = None, alpha: float = DEFAULT_ALPHA,
+                   decode_steps: bool = False) -> QuantizationSpec:
     """Quantizes ``loaded.model`` (float weights, on the host, torch backend) in place and returns its spec.
     A method that smooths (int8) folds SmoothQuant factors from ``calibration`` (default: the bundled sample)
     into the norms the architecture declares first (those feeding a quantized GEMM); one that does not (fp8)
-    ignores ``calibration``. ``decode_steps``: also the GEMMs of each decode step (``quantized_modules``)."""
+    ignores ``calibration``. ``feed`` runs the model over the calibration audio (``activation_ranges``); a
+    smoothing method needs it. ``decode_steps``: also the GEMMs of each decode step (``quantized_modules``)."""
     method = method_named(method_name)
     model = loaded.model
     modules = quantized_modules(model, decode_steps=decode_steps)
@@ -84,10 +86,12 @@ def quantize_model(loaded, method_name: str, *, calibration: Calibration | None 
     smoothing = None
     declared = type(model).capabilities.smooth_groups
     if method.smooths and declared:
+        if feed is None:
+            raise ValueError(f"{method.name} calibrates on audio: quantize_model needs feed (a CalibrationFeed)")
         calibration = calibration or default_calibration()
         chosen = set(modules)
         groups = tuple(g for g in expand_groups(model, declared) if chosen.intersection(g.gemms))
-        ranges = activation_ranges(loaded, groups, calibration)
+        ranges = activation_ranges(loaded, groups, calibration, feed)
         smoothing = smooth(model, groups, ranges, alpha, calibration.description)
         log.info("smoothed %d groups from %s", len(groups), calibration.description)
     elif method.smooths:

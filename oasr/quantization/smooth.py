@@ -8,9 +8,10 @@ exact arithmetic the model computes the same function, and its activations are e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -20,6 +21,11 @@ from oasr.quantization.spec import SmoothGroup, Smoothing
 # Factors are kept within this range so a dead channel (max|X_j| = 0) or a zero weight column stays finite.
 _MIN_FACTOR = 1e-5
 _MAX_FACTOR = 1e5
+
+
+# Runs a loaded model over audio files as a transcription would (``oasr.transcription.offline.calibration_feed``),
+# raising on an input that fails. Passed in: the transcriber sits above quantization, which the loader applies.
+CalibrationFeed = Callable[[Any, Sequence[Path]], None]
 
 
 @dataclass(frozen=True)
@@ -35,12 +41,11 @@ def expand_groups(model: nn.Module, declared: Sequence[SmoothGroup]) -> tuple[Sm
     return tuple(group for pattern in declared for group in pattern.expand(names))
 
 
-def activation_ranges(loaded, groups: Sequence[SmoothGroup], calibration: Calibration) -> dict[str, torch.Tensor]:
-    """max|X_j| per channel at each group's norm output over the calibration audio, transcribed as usual (the
-    model on the torch backend, so every norm runs as a module the hooks see) -> norm path: float32 [K]."""
-    from oasr.transcription.offline import OfflineTranscriber, no_progress
-    from oasr.types import TranscribeOptions
-
+def activation_ranges(loaded, groups: Sequence[SmoothGroup], calibration: Calibration,
+                      feed: CalibrationFeed) -> dict[str, torch.Tensor]:
+    """max|X_j| per channel at each group's norm output over the calibration audio, which ``feed`` transcribes as
+    usual (the model on the torch backend, so every norm runs as a module the hooks see) -> norm path: float32
+    [K]."""
     modules = dict(loaded.model.named_modules())
     ranges: dict[str, torch.Tensor] = {}
 
@@ -53,9 +58,7 @@ def activation_ranges(loaded, groups: Sequence[SmoothGroup], calibration: Calibr
 
     handles = [modules[g.norm].register_forward_hook(observer(g.norm)) for g in groups]
     try:
-        for result in OfflineTranscriber(loaded, TranscribeOptions()).run(list(calibration.inputs), no_progress):
-            if result.error:
-                raise ValueError(f"calibration input {result.source}: {result.error}")
+        feed(loaded, calibration.inputs)
     finally:
         for handle in handles:
             handle.remove()

@@ -98,9 +98,10 @@ class TranscribeWorker:
     def __init__(self, spec: WorkerSpec) -> None:
         from oasr.models.capabilities import capabilities_of
         from oasr.models.loader import from_pretrained
-        from oasr.transcription.offline import OfflineTranscriber
+        from oasr.transcription.offline import OfflineTranscriber, calibration_feed
 
-        loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization)
+        loaded = from_pretrained(spec.model, device=spec.device, dtype=spec.dtype, quantization=spec.quantization,
+                                 calibration_feed=calibration_feed)
         timed = "timestamps" in capabilities_of(type(loaded.model)).options
         self.transcriber = OfflineTranscriber(loaded, spec.timed_options if timed else spec.options, spec.config)
 

@@ -146,7 +146,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
         banner = Banner(settings.served_model_name, device, f"{api_workers} API workers", url)
         threading.Thread(target=lambda: ready.wait() and log_banner(banner), name="oasr-banner", daemon=True).start()
         serve_workers(model, settings, host=host, port=port, api_workers=api_workers, device=device, dtype=dtype,
-                      quantization=quantization, streaming=streaming, config=config, on_ready=ready)
+                      quantization=quantization, streaming=streaming, config=config, on_ready=ready,
+                      build_app=build_app, server_class=ServingServer)
         return
 
     with stopped_by_signals():

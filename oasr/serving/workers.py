@@ -31,6 +31,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from oasr.engine.config import EngineConfig
@@ -46,8 +47,11 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
                   device: str = "auto", dtype: str | None = None, config: EngineConfig | None = None,
                   cpu_threads: int | None = None, max_waiting: int = 1024,
                   on_ready: threading.Event | None = None, quantization: str | None = None,
-                  streaming: StreamingConfig | None = None) -> None:
-    """Serves with ``api_workers`` worker processes until SIGINT or SIGTERM; returns once all have stopped."""
+                  streaming: StreamingConfig | None = None, build_app: Callable, server_class: type) -> None:
+    """Serves with ``api_workers`` worker processes until SIGINT or SIGTERM; returns once all have stopped.
+    ``build_app(engine, settings)`` and ``server_class`` (``oasr.serving.app``'s ``build_app`` and
+    ``ServingServer``) are what each worker runs: handed in by ``serve``, whose module starts this one, so the
+    two modules do not import each other (a spawned worker unpickles them by name)."""
     from oasr.hosting.mp import SharedEngineCore
     from oasr.hosting.protocol import EngineCoreSpec
     from oasr.serving.metrics import MULTIPROC_ENV
@@ -72,7 +76,7 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
         for worker_id, channel in enumerate(core.channels):
             worker = context.Process(target=_worker_main, name=f"oasr-api-worker-{worker_id}",
                                      args=(spec, channel, core.pid, worker_id, settings, host, port, max_waiting,
-                                           level))
+                                           level, build_app, server_class))
             worker.start()
             workers.append(worker)
         log.info("serving %s on http://%s:%d with %d API workers", settings.served_model_name, host, port,
@@ -132,14 +136,13 @@ def _stop_workers(workers: list[multiprocessing.process.BaseProcess]) -> None:
 
 
 def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerSettings, host: str, port: int,
-                 max_waiting: int, level: int) -> None:
+                 max_waiting: int, level: int, build_app: Callable, server_class: type) -> None:
     """One API worker: the app on its own client of the shared core, listening on the shared port."""
     from oasr.heap import bound_heap
 
     bound_heap()
 
     from oasr.hosting.mp import MPClient
-    from oasr.serving.app import ServingServer, build_app
     from oasr.serving.metrics import MULTIPROC_ENV
     from oasr.serving.connections import uvicorn_config
     from oasr.serving.server_log import show_server_log
@@ -153,7 +156,7 @@ def _worker_main(spec, channel, core_pid: int, worker_id: int, settings: ServerS
         inner = build_app(engine, settings)
         app = WorkerHeader(inner, worker_id)
         config = uvicorn_config(app, settings, log_level=logging.getLevelName(level).lower())
-        server = ServingServer(config, inner.state.lifecycle, on_started=lambda: None)  # the main process greets
+        server = server_class(config, inner.state.lifecycle, on_started=lambda: None)  # the main process greets
         orphaned = threading.Event()
         threading.Thread(target=_watch_parent, args=(parent, server, orphaned), name="oasr-parent-watch",
                          daemon=True).start()

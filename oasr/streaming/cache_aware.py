@@ -15,22 +15,39 @@ fields), ``stream_encode(features [B, K, n_mels], state, first [B], past_valid [
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import numpy as np
 import torch
 
 from oasr.decode.transducer_stream import ChunkTokens, decode_chunk
-from oasr.uploads import upload, upload_tensor
-from oasr.models.loader import LoadedModel
 from oasr.streaming import STREAMING_RUNTIMES
 from oasr.streaming.audio import StreamAudio
 from oasr.streaming.geometry import StreamGeometry
 from oasr.streaming.scheduler import ChunkBatch, ChunkRow
 from oasr.streaming.state_pool import StreamStatePool
+from oasr.uploads import upload, upload_tensor
+
+
+class StreamedModel(Protocol):
+    """What the runtime reads of a loaded model (``oasr.models.loader.LoadedModel`` is one): the runtime sits
+    below the models it runs, so it names what it reads instead of importing the loader."""
+
+    name: str
+    model: Any  # the architecture: the contract in this module's docstring
+    features: Any  # the feature extractor: ``config`` and ``window_frames(samples)``
+    device: torch.device
+    dtype: torch.dtype
 
 
 @STREAMING_RUNTIMES.register("cache_aware")
 class CacheAwareRuntime:
-    def __init__(self, loaded: LoadedModel, num_slots: int) -> None:
+    # Set in __init__ from the model and its features (the StreamingRuntime contract's attributes).
+    default_lookahead: int
+    sample_rate: int
+    frame_seconds: float
+
+    def __init__(self, loaded: StreamedModel, num_slots: int) -> None:
         self.loaded, self.model, self.device = loaded, loaded.model, loaded.device
         features = loaded.features.config
         if getattr(features, "normalize", False):

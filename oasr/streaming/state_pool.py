@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from oasr.engine.memory import cache_zeros
+from oasr.cache_memory import cache_zeros
 from oasr.streaming.geometry import StateField
 
 

@@ -45,6 +45,14 @@ def no_progress(found_s: float, done_s: float) -> None:
     """The ``ProgressCallback`` that reports nowhere."""
 
 
+def calibration_feed(loaded: LoadedModel, inputs: Iterable[AudioInput]) -> None:
+    """Transcribes ``inputs`` with the default options and drops the text: the ``CalibrationFeed`` quantization
+    calibrates through (``oasr.quantization.smooth``), handed to it by whoever loads or quantizes a model."""
+    for result in OfflineTranscriber(loaded, TranscribeOptions()).run(list(inputs), no_progress):
+        if result.error:
+            raise ValueError(f"calibration input {result.source}: {result.error}")
+
+
 @dataclass
 class _Pending:
     source: str

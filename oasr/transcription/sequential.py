@@ -11,8 +11,8 @@ full. This is host-side logic: the engine sees ordinary requests carrying featur
 ``beam_size``, a window is beam-searched at temperature 0 and sampled at the fallback temperatures above it, as
 openai-whisper's ``transcribe()`` does.
 
-With ``word_timestamps``, each decoded window's segments are aligned to its features (alignment heads and DTW,
-``oasr.models.whisper.alignment``), all windows that finish in one engine step in one call, before the cursor
+With ``word_timestamps``, each decoded window's segments are aligned to its features by the word aligner the
+model's capability record names (``oasr.models.aligners``; Whisper's: alignment heads and DTW), all windows that finish in one engine step in one call, before the cursor
 moves: a window that stops mid-speech is resumed from its last word's end rather than from its last timestamp,
 and each window's first word is placed after where speech ended in the window before it.
 """
@@ -40,10 +40,10 @@ from oasr.transcription.segments import (
     split_window,
 )
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
+from oasr.models.aligners import WORD_ALIGNERS, WordAligner
+from oasr.models.base import AlignmentRow, TextSpan
 from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel
-from oasr.models.whisper.alignment import AlignmentRow, row_alignments
-from oasr.models.whisper.words import TextSpan, WordTiming, place_words
 from oasr.types import (
     DecodeOptions,
     FallbackOptions,
@@ -57,6 +57,12 @@ class WindowRequest:
     audio: np.ndarray
     features: torch.Tensor  # [n_mels, n_frames]
     options: DecodeOptions
+
+
+def aligner_of(loaded: LoadedModel) -> WordAligner | None:
+    """The word aligner the model's capability record names, or None for a model that times no words."""
+    name = capabilities_of(type(loaded.model)).aligner
+    return WORD_ALIGNERS.get(name) if name is not None else None
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class LongFormCursor:
         self._features: torch.Tensor | None = None  # the window in the engine, kept for word timings
         self.unaligned: UnalignedWindow | None = None
         self.last_speech_end = 0.0  # where the last aligned word ended (seconds), carried across windows
+        self.aligner: WordAligner | None = aligner_of(loaded)
 
     @property
     def done(self) -> bool:
@@ -184,14 +191,15 @@ class LongFormCursor:
                             language=self.language if self.multilingual else None, task=self.options.task,
                             time_offset=self.seek * HOP_SAMPLES / SAMPLE_RATE)
 
-    def place(self, alignment: list[WordTiming]) -> None:
-        """Gives the waiting window's segments their words (``alignment``: its words in window seconds) and
-        moves the cursor, as openai-whisper's ``transcribe(word_timestamps=True)`` does."""
+    def place(self, alignment: list) -> None:
+        """Gives the waiting window's segments their words (``alignment``: its words in window seconds, from the
+        aligner's ``window_words``) and moves the cursor, as openai-whisper's ``transcribe(word_timestamps=True)``
+        does."""
         window, self.unaligned = self.unaligned, None
         offset_s = self.seek * HOP_SAMPLES / SAMPLE_RATE
         eot = self.tokenizer.special.eot
         spans = [TextSpan(s.start, s.end, sum(t < eot for t in s.token_ids)) for s in window.segments]
-        timed, _ = place_words(alignment, spans, offset_s, self.last_speech_end)
+        timed, _ = self.aligner.place_words(alignment, spans, offset_s, self.last_speech_end)
         segments = [replace(s, start=t.start, end=t.end, words=t.words)
                     for s, t in zip(window.segments, timed, strict=True)]
         # The last word's end, or the last segment's end when no segment has words (empty ones included).
@@ -228,7 +236,7 @@ class LongFormCursor:
 class SequentialTranscriber:
     def __init__(self, loaded: LoadedModel, engine: ASREngine, options: TranscribeOptions) -> None:
         capabilities = capabilities_of(type(loaded.model))
-        if "timestamps" not in capabilities.options or not hasattr(loaded.features, "log_mel"):
+        if "sequential" not in capabilities.long_form:
             raise UnsupportedOptionError(f"{loaded.name}: sequential long-form decoding needs a Whisper model")
         engine.runner.check(DecodeOptions(language=options.language, task=options.task, prompt=options.prompt,
                                           beam_size=options.beam_size, patience=options.patience,
@@ -236,6 +244,7 @@ class SequentialTranscriber:
         self.loaded = loaded
         self.engine = engine
         self.options = options
+        self.aligner = aligner_of(loaded)
         self.window_frames = loaded.features.config.n_frames
         # Inputs in flight: each holds one window, of beam_size rows when searching.
         self.max_active = max(engine.config.scheduler.max_num_seqs // (options.beam_size or 1), 1)
@@ -296,7 +305,7 @@ class SequentialTranscriber:
             return
         features = torch.stack([cursor.unaligned.features for cursor in cursors])
         rows = [cursor.alignment_row() for cursor in cursors]
-        alignments = row_alignments(self.loaded.model, self.loaded.tokenizer, rows, features=features)
+        alignments = self.aligner.window_words(self.loaded, rows, features)
         for cursor, alignment in zip(cursors, alignments, strict=True):
             cursor.place(alignment)
 

@@ -1,8 +1,8 @@
 """Word timestamps for windows the engine has decoded, as a second pass beside the step loop.
 
 A window's words need its tokens, which are known only once it finishes, and its encoder output, which the
-engine frees at that moment; so the windows' audio is encoded again and aligned (the architecture's
-``align_words``; Whisper's: alignment heads, median filter, DTW), all windows of one input in one call, each
+engine frees at that moment; so the windows' audio is encoded again and aligned (the word aligner the capability
+record names, ``oasr.models.aligners``; Whisper's: alignment heads, median filter, DTW), all windows of one input in one call, each
 window's first word placed after where speech ended in the window before it. ``oasr.transcribe(word_timestamps=True)`` does
 the same in parallel long-form mode, so the server's words equal offline ones.
 """
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oasr.errors import UnsupportedOptionError
+from oasr.models.aligners import WORD_ALIGNERS
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import capabilities_of
 from oasr.transcription.results import DecodedWindow
@@ -57,4 +58,4 @@ def align_windows(loaded: LoadedModel, rows: Sequence[AlignmentRow], audio: Sequ
     if not rows:
         return []
     features = loaded.features.padded(list(audio), device=loaded.device)
-    return type(loaded.model).align_words(loaded, rows, features)
+    return WORD_ALIGNERS.get(capabilities_of(type(loaded.model)).aligner).align_words(loaded, rows, features)

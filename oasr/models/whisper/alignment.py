@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from oasr.layers.cache import DenseCross, FullContext
+from oasr.models.aligners import WORD_ALIGNERS
 from oasr.models.base import AlignmentRow, TextSpan
 from oasr.models.whisper.alignment_probe import CrossAttentionProbe
 from oasr.models.whisper.prompt import WhisperPrompter
@@ -54,6 +55,24 @@ class WordTimingOptions:
             raise ValueError(f"median_filter_width must be a positive odd number, got {self.median_filter_width}")
         if self.max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {self.max_rows}")
+
+
+@WORD_ALIGNERS.register("whisper")
+class WhisperAligner:
+    """Whisper's ``WordAligner``: alignment heads, median filter and DTW, openai-whisper's word rules."""
+
+    @staticmethod
+    def align_words(loaded, rows: Sequence[AlignmentRow], features: torch.Tensor) -> list[list[Word]]:
+        return word_timings(loaded.model, loaded.tokenizer, rows, features=features)
+
+    @staticmethod
+    def window_words(loaded, rows: Sequence[AlignmentRow], features: torch.Tensor) -> list[list[WordTiming]]:
+        return row_alignments(loaded.model, loaded.tokenizer, rows, features=features)
+
+    @staticmethod
+    def place_words(words: list[WordTiming], spans: Sequence[TextSpan], time_offset: float,
+                    last_speech_end: float) -> tuple[list[TimedSegment], float]:
+        return place_words(words, spans, time_offset, last_speech_end)
 
 
 def frames_of(num_samples: int, max_frames: int) -> int:

@@ -150,7 +150,9 @@ class WhisperForConditionalGeneration(nn.Module):
         decode_strategies=("aed_greedy", "aed_beam"),
         options=frozenset({"language", "timestamps", "prompt", "temperature", "min_new_tokens"}),
         tasks=("transcribe", "translate"),
-        word_timing=True,  # oasr.models.whisper.alignment
+        word_timing=True,
+        aligner="whisper",  # oasr.models.whisper.alignment
+        long_form=("parallel", "sequential"),
         smooth_groups=(
             SmoothGroup("model.encoder.layers.*.self_attn_layer_norm",
                         tuple(f"model.encoder.layers.*.self_attn.{p}_proj" for p in "qkv")),
@@ -203,13 +205,6 @@ class WhisperForConditionalGeneration(nn.Module):
         from oasr.models.whisper.prompt import WhisperPrompter
 
         return WhisperPrompter(config, tokenizer, name)
-
-    @staticmethod
-    def align_words(loaded, rows, features: torch.Tensor):
-        """Words of each ``AlignmentRow`` from its window's features [B, n_mels, frames] (alignment heads, DTW)."""
-        from oasr.models.whisper.alignment import word_timings
-
-        return word_timings(loaded.model, loaded.tokenizer, rows, features=features)
 
     def encode(self, features: torch.Tensor, lengths: torch.Tensor | None = None) -> EncoderOutput:
         """features: [B, n_mels, 3000] (one padded window each; ``lengths`` is not needed) -> every encoder

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oasr.models.base import TextSpan
+from oasr.models.base import TextSpan, TimedSegment
 from oasr.tokenizers.whisper import WhisperTokenizer
 from oasr.types import Word
 
@@ -43,15 +43,6 @@ class WordTiming:
     start: float
     end: float
     probability: float
-
-
-@dataclass(frozen=True)
-class TimedSegment:
-    """A segment after word alignment: bounds (possibly moved to its words) and its words."""
-
-    start: float
-    end: float
-    words: tuple[Word, ...]
 
 
 def _decode(tokenizer: WhisperTokenizer, tokens: Sequence[int]) -> str:
