@@ -21,6 +21,8 @@ DATA = Path(__file__).parent / "data" / "nemo"
 CLIPS = [str(DATA / f"clip{i}.flac") for i in range(3)]
 ARCHITECTURES = {"ctc": "parakeet_ctc", "rnnt": "parakeet_rnnt", "tdt": "parakeet_tdt", "hybrid": "parakeet_rnnt",
                  "streaming": "nemotron_asr_streaming"}
+# Canary needs its languages named (its archive's prompt_defaults name none), so it has tests of its own.
+MULTITASK = {"canary": "canary"}
 
 
 @pytest.fixture(autouse=True)
@@ -50,12 +52,43 @@ def test_archive_gives_nemos_greedy_tokens_and_text(name: str, capsys) -> None:
 def test_archive_maps_to_the_architecture() -> None:
     from oasr.models.loader import read_checkpoint, resolve_source
 
-    for name, architecture in ARCHITECTURES.items():
+    for name, architecture in {**ARCHITECTURES, **MULTITASK}.items():
         checkpoint = read_checkpoint(resolve_source(DATA / f"{name}.nemo"))
         assert checkpoint.architecture == architecture and checkpoint.format == "nemo"
         assert all(k.startswith("preprocessor.") or k.startswith("ctc_decoder.") for k in checkpoint.dropped_keys)
     hybrid = read_checkpoint(resolve_source(DATA / "hybrid.nemo"))
     assert any(k.startswith("ctc_decoder.") for k in hybrid.dropped_keys)  # its CTC head is not run
+
+
+def _prompt_flags(prompt: dict) -> list[str]:
+    """NeMo's transcribe() prompt (source_lang, target_lang, pnc) as oasr transcribe's flags."""
+    flags = ["--language", prompt["source_lang"], "--target-language", prompt["target_lang"]]
+    return flags + ([] if prompt["pnc"] == "yes" else ["--no-punctuation"])
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["transcribe", "translate"])
+def test_canary_archive_gives_nemos_greedy_tokens_for_each_prompt(index: int, capsys) -> None:
+    expected = golden("canary")["prompts"][index]
+    assert len({tuple(t) for t in expected["tokens"]}) == len(expected["tokens"])  # each clip says something else
+    rows = transcribe(str(DATA / "canary.nemo"), capsys, *_prompt_flags(expected["prompt"]))
+    assert [row["token_ids"] for row in rows] == expected["tokens"]
+    assert [row["text"] for row in rows] == [t.strip() for t in expected["texts"]]
+
+
+def test_canary_prompt_is_the_one_nemo_builds() -> None:
+    """canary2 prompts as NeMo encodes them: one SentencePiece call, so the model's dummy prefix '▁' leads."""
+    from oasr.models import ARCHITECTURES as REGISTRY
+    from oasr.models.loader import build_model, read_checkpoint, resolve_source
+    from oasr.tokenizers.sentencepiece import SentencePieceTokenizer
+    from oasr.types import DecodeOptions
+
+    checkpoint = read_checkpoint(resolve_source(DATA / "canary.nemo"))
+    config, _ = build_model(checkpoint)
+    prompter = REGISTRY.get("canary").prompt_builder(config, SentencePieceTokenizer(checkpoint.tokenizer_file), "canary")
+    for expected in golden("canary")["prompts"]:
+        options = DecodeOptions(language=expected["prompt"]["source_lang"],
+                                target_language=expected["prompt"]["target_lang"])
+        assert list(prompter.prompt_ids(options)) == expected["prompt_ids"]
 
 
 @pytest.mark.xfail(strict=True, reason="open: OASR's --stream decodes the zero-padded last chunk's frames past the audio; NeMo's "
@@ -113,5 +146,18 @@ def _rewrite(source: Path, destination: Path, *, drop: str | None = None, edit=N
 def test_bad_archive_is_refused_naming_the_member_or_field(make, message, tmp_path: Path, capsys) -> None:
     archive = make(tmp_path)
     assert main(["transcribe", CLIPS[0], "--model", str(archive), "--device", "cpu"]) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda t: t.replace("prompt_format: canary2", "prompt_format: canary"), "prompt_format='canary' is not supported"),
+    (lambda t: t.replace("type: bpe", "type: agg"), "tokenizer.type='agg' is not supported"),
+    (lambda t: t.replace("pre_ln: true", "pre_ln: false"), "transf_decoder.config_dict.pre_ln=False is not supported"),
+])
+def test_canary_archive_other_than_canary_1b_v2_is_refused_naming_the_field(edit, message, tmp_path: Path,
+                                                                            capsys) -> None:
+    archive = _rewrite(DATA / "canary.nemo", tmp_path / "x.nemo", edit=edit)
+    assert main(["transcribe", CLIPS[0], "--model", str(archive), "--device", "cpu", "--language", "en"]) != 0
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

@@ -92,11 +92,25 @@ def token_lists(hypotheses, ctc_blank: int | None) -> tuple[list[list[int]], lis
     return tokens, [h.text for h in hypotheses]
 
 
+def prompt_ids(model: torch.nn.Module, prompt: dict) -> list[int]:
+    """The decoder prompt NeMo's ``transcribe`` builds for these options (its default slots, then the options)."""
+    from nemo.collections.asr.models.aed_multitask_models import parse_multitask_prompt
+
+    turns = model.prompt.get_default_dialog_slots()
+    for key, value in parse_multitask_prompt(dict(prompt))[0]["slots"].items():
+        turns[0]["slots"][key] = value
+    return [int(t) for t in model.prompt.encode_dialog(turns=turns)["context_ids"]]
+
+
 def build(family: Family, tokenizer_dir: Path, out: Path, audio: list[np.ndarray]) -> dict:
     cfg = OmegaConf.create(family.config(str(tokenizer_dir)))
     model = family.model_class()(cfg=cfg)
     randomize(model, family.seed)
     family.adjust(model)
+    if family.fitted:
+        from fit import fit_canary
+
+        fit_canary(model, audio, family.prompts)
     model.eval()
     archive = out / f"{family.name}.nemo"
     model.save_to(str(archive))
@@ -105,6 +119,11 @@ def build(family: Family, tokenizer_dir: Path, out: Path, audio: list[np.ndarray
     with torch.inference_mode():
         hypotheses = model.transcribe(audio, batch_size=1, return_hypotheses=True, **family.transcribe_kwargs)
         golden["tokens"], golden["texts"] = token_lists(hypotheses, family.ctc_blank(model))
+        for prompt in family.prompts:  # a multitask model: one golden per prompt (languages, punctuation)
+            hypotheses = model.transcribe(audio, batch_size=1, return_hypotheses=True, **prompt)
+            tokens, texts = token_lists(hypotheses, None)
+            golden.setdefault("prompts", []).append({"prompt": prompt, "prompt_ids": prompt_ids(model, prompt),
+                                                     "tokens": tokens, "texts": texts})
         if family.streaming is not None:
             golden["streamed_tokens"] = [family.streaming(model, clip) for clip in audio]
     return golden

@@ -118,6 +118,8 @@ class Family:
     adjust: Callable[[torch.nn.Module], None] = _nothing  # after randomize: bias the output so it varies
     special_tokens: tuple[str, ...] = ()
     transcribe_kwargs: dict[str, Any] = field(default_factory=dict)
+    prompts: tuple[dict[str, Any], ...] = ()  # a multitask model's prompts, each recorded with its own tokens
+    fitted: bool = False  # trained briefly on the clips (fit.py) instead of having its output biased
     streaming: Callable[[torch.nn.Module, Any], list[int]] | None = None
 
     def ctc_blank(self, model: torch.nn.Module) -> int | None:
@@ -146,6 +148,54 @@ def _streamed(model: torch.nn.Module, clip: Any) -> list[int]:
     return streamed_tokens(model, clip)
 
 
+# Canary-1B-v2's prompt pieces (NeMo's CanaryTokenizer.DEFAULT_TOKENS first, as its tokenizer has them right after
+# <unk>), and four languages so a prompt can ask for a translation.
+CANARY_SPECIAL_TOKENS = (
+    "<|nospeech|>", "<pad>", "<|endoftext|>", "<|startoftranscript|>", "<|pnc|>", "<|nopnc|>", "<|startofcontext|>",
+    "<|itn|>", "<|noitn|>", "<|timestamp|>", "<|notimestamp|>", "<|diarize|>", "<|nodiarize|>", "<|emo:undefined|>",
+    "<|en|>", "<|de|>", "<|es|>", "<|fr|>",
+)
+# Transcription, and translation into German (both with punctuation), as NeMo's transcribe() takes them.
+CANARY_PROMPTS = (dict(source_lang="en", target_lang="en", pnc="yes"), dict(source_lang="en", target_lang="de", pnc="yes"))
+CANARY_DECODER_LAYERS = 2
+CANARY_MAX_POSITIONS = 96
+
+
+def _canary(tokenizer_dir: str) -> dict[str, Any]:
+    """Canary-1B-v2's layout (prompt format ``canary2``, one SentencePiece model read by ``CanaryBPETokenizer``, a
+    pre-LN transformer decoder with fixed sinusoidal positions, the vocabulary head tied to the token embedding),
+    at the tiny encoder's width. No external timestamps model: the real archive carries one for forced alignment."""
+    values = _base(tokenizer_dir)
+    values["tokenizer"]["custom_tokenizer"] = dict(
+        _target_="nemo.collections.common.tokenizers.canary_tokenizer.CanaryBPETokenizer")
+    slots = dict(decodercontext="", emotion="<|emo:undefined|>", itn="<|noitn|>", timestamp="<|notimestamp|>",
+                 diarize="<|nodiarize|>", pnc="<|pnc|>")
+    values.update(
+        prompt_format="canary2",
+        prompt_defaults=[dict(role="user", slots=slots)],
+        restore_timestamps_model=False,
+        model_defaults=dict(asr_enc_hidden=D_MODEL, lm_enc_hidden=D_MODEL, lm_dec_hidden=D_MODEL),
+        transf_encoder=dict(_target_="nemo.collections.asr.modules.transformer.transformer_encoders.TransformerEncoder",
+                            num_layers=0, hidden_size=D_MODEL, inner_size=64, num_attention_heads=4),
+        transf_decoder=dict(
+            _target_="nemo.collections.asr.modules.transformer.get_nemo_transformer", model_name=None,
+            pretrained=False, encoder=False, pre_ln_final_layer_norm=True,
+            config_dict=dict(max_sequence_length=CANARY_MAX_POSITIONS, num_token_types=0, embedding_dropout=0.0,
+                             learn_positional_encodings=False, hidden_size=D_MODEL, inner_size=64,
+                             num_layers=CANARY_DECODER_LAYERS, num_attention_heads=4, ffn_dropout=0.0,
+                             attn_score_dropout=0.0, attn_layer_dropout=0.0, hidden_act="relu", pre_ln=True,
+                             vocab_size=None),
+        ),
+        head=dict(_target_="nemo.collections.asr.parts.submodules.token_classifier.TokenClassifier", num_layers=1,
+                  activation="relu", log_softmax=True, hidden_size=D_MODEL, num_classes=None, dropout=0.0,
+                  use_transformer_init=True),
+        decoding=dict(strategy="greedy", greedy=dict(max_generation_delta=-1, temperature=None, n_samples=1)),
+        loss=dict(_target_="nemo.collections.common.losses.smoothed_cross_entropy.SmoothedCrossEntropyLoss",
+                  label_smoothing=0.0, pad_id=None),
+    )
+    return values
+
+
 def _hybrid(tokenizer_dir: str) -> dict[str, Any]:
     return _base(tokenizer_dir, **transducer_parts(),
                  aux_ctc=dict(ctc_loss_weight=0.3, decoder=ctc_decoder(), decoding=dict(strategy="greedy_batch")))
@@ -157,5 +207,7 @@ FAMILIES: tuple[Family, ...] = (
            adjust=_raise_transducer_blank(3.0, 3.0)),
     Family("tdt", "EncDecRNNTBPEModel", lambda d: _base(d, **transducer_parts([0, 1, 2, 3, 4])), seed=3),
     Family("hybrid", "EncDecHybridRNNTCTCBPEModel", _hybrid, seed=4, adjust=_raise_transducer_blank(3.0, 3.0)),
+    Family("canary", "EncDecMultiTaskModel", _canary, seed=6, special_tokens=CANARY_SPECIAL_TOKENS,
+           transcribe_kwargs=CANARY_PROMPTS[0], prompts=CANARY_PROMPTS, fitted=True),
     Family("streaming", "EncDecRNNTBPEModel", _streaming, seed=5, adjust=_raise_transducer_blank(1.0, 1.0), streaming=_streamed),
 )

@@ -89,8 +89,12 @@ class CanaryConfig:
     eos_token_id: int | None = 3
     decoder_start_token_id: int | None = 7
     preprocessor: FrontendSettings = dataclasses.field(default_factory=FrontendSettings)
-    # A language to use when a request names none; None: requests must name one. No checkpoint declares one yet.
+    # A language to use when a request names none; None: requests must name one (a NeMo archive's prompt_defaults
+    # may declare one).
     default_language: str | None = None
+    # Pieces before <|startofcontext|> in the prompt, by name; None: the architecture's own (nothing for Canary).
+    # NeMo encodes a canary2 prompt as one string, so its SentencePiece model's dummy prefix '▁' comes first.
+    prompt_prefix: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         decoder, encoder = self.decoder_config, self.encoder_config
@@ -112,8 +116,11 @@ class CanaryConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> CanaryConfig:
         encoder = _encoder_from(values, _CANARY_ENCODER_DEFAULTS)
-        decoder = _decoder_from(values.get("decoder_config") or {}, positions="sinusoidal", encoder_hidden_size=None,
-                                tie_word_embeddings=values.get("tie_word_embeddings", True))
+        decoder_values = values.get("decoder_config") or {}
+        # "learned": a table read from the checkpoint (a NeMo archive's own sinusoidal table, oasr.models.converters.
+        # nemo_canary); transformers' Canary computes its table.
+        decoder = _decoder_from(decoder_values, positions=decoder_values.get("positions") or "sinusoidal",
+                                encoder_hidden_size=None, tie_word_embeddings=values.get("tie_word_embeddings", True))
         return cls._build(values, encoder, decoder)
 
     @classmethod
@@ -123,6 +130,8 @@ class CanaryConfig:
         # A checkpoint without preprocessor_config.json gets the default frontend at the encoder's mel count.
         frontend = values.get("preprocessor") or {"feature_size": encoder.num_mel_bins}
         kwargs["preprocessor"] = FrontendSettings.from_dict(frontend)
+        if kwargs.get("prompt_prefix") is not None:  # a JSON list
+            kwargs["prompt_prefix"] = tuple(kwargs["prompt_prefix"])
         return cls(**kwargs)
 
     def _common_dict(self) -> dict[str, Any]:
@@ -136,13 +145,17 @@ class CanaryConfig:
             "vocab_size": self.decoder_config.vocab_size,
             "preprocessor": dataclasses.asdict(self.preprocessor),
             "default_language": self.default_language,
+            **({"prompt_prefix": list(self.prompt_prefix)} if self.prompt_prefix is not None else {}),
         }
 
     def _decoder_dict(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self.decoder_config).items() if k not in _SWITCHES}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self._common_dict(), "decoder_config": self._decoder_dict(), "model_type": "canary"}
+        decoder = self._decoder_dict()
+        if self.decoder_config.positions != "sinusoidal":
+            decoder["positions"] = self.decoder_config.positions
+        return {**self._common_dict(), "decoder_config": decoder, "model_type": "canary"}
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,8 @@ class CanaryForConditionalGeneration(nn.Module):
 
     @classmethod
     def prompt_builder(cls, config: CanaryConfig, tokenizer, name: str) -> CanaryPrompter:
-        return CanaryPrompter(tokenizer, name, prefix=cls.prompt_prefix, translates=cls.translates,
+        prefix = cls.prompt_prefix if config.prompt_prefix is None else config.prompt_prefix
+        return CanaryPrompter(tokenizer, name, prefix=prefix, translates=cls.translates,
                               default_language=config.default_language,
                               vocab_size=config.decoder_config.vocab_size)
 

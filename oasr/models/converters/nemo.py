@@ -8,6 +8,7 @@ takes a path, so it is copied once into OASR's cache (``$XDG_CACHE_HOME/oasr/nem
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -22,6 +23,7 @@ import yaml
 from oasr.errors import CheckpointError
 from oasr.models import CONVERTERS
 from oasr.models.checkpoint import Checkpoint, ModelSource
+from oasr.models.converters.nemo_canary import canary_tokens
 from oasr.models.converters.nemo_config import map_config
 from oasr.models.converters.nemo_keys import rename_state
 
@@ -45,9 +47,12 @@ class NemoConverter:
             tokenizer_bytes = _member(archive, members, model.tokenizer_member, source).read()
             weights = _read_weights(source, _member(archive, members, WEIGHTS_MEMBER, source))
         state, dropped = rename_state(model.architecture, weights, model.dropped_prefixes)
+        config = model.config
+        if model.architecture == "canary":
+            config = {**config, **dataclasses.asdict(canary_tokens(tokenizer_bytes, str(source)))}
         return Checkpoint(
             architecture=model.architecture,
-            config=model.config,
+            config=config,
             state_dict=state,
             tokenizer_file=_cached_tokenizer(tokenizer_bytes),
             format="nemo",

@@ -9,7 +9,7 @@ Which architecture a model becomes follows its ``target`` class and encoder:
   auxiliary CTC head (``ctc_decoder.*``) is dropped;
 - any of the transducers with a cache-aware streaming encoder (chunked-limited attention, causal subsampling and
   convolutions) -> ``nemotron_asr_streaming``;
-- ``EncDecMultiTaskModel`` (Canary): refused for now (its prompt tokenizer is not mapped yet).
+- ``EncDecMultiTaskModel`` (Canary) -> ``canary``, as Canary-1B-v2 is built (``nemo_canary``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oasr.errors import CheckpointError
+from oasr.models.converters.nemo_canary import canary
 
 _CTC = "EncDecCTCModelBPE"
 _TRANSDUCERS = ("EncDecRNNTBPEModel", "EncDecHybridRNNTCTCBPEModel")
@@ -91,17 +92,25 @@ def map_config(values: dict[str, Any], source: str) -> NemoModel:
     target = str(cfg.require("target")).rsplit(".", 1)[-1]
     if target not in (_CTC, *_TRANSDUCERS, _MULTITASK):
         raise cfg.refuse("target", cfg.get("target"), f"{_CTC}, {', '.join(_TRANSDUCERS)}, {_MULTITASK}")
+    if target == _MULTITASK:  # named before the tokenizer: Canary-1B and the flash models differ there first
+        if cfg.get("prompt_format") != "canary2":
+            raise cfg.refuse("prompt_format", cfg.get("prompt_format"), "'canary2', Canary-1B-v2's")
+        if cfg.get("tokenizer.type") != "bpe":
+            raise cfg.refuse("tokenizer.type", cfg.get("tokenizer.type"), "'bpe': one SentencePiece model holding the "
+                             "prompt tokens, as Canary-1B-v2; not the per-language aggregate of the flash models")
     tokenizer_member = _tokenizer_member(cfg)
     frontend = _frontend(cfg)
     streaming = _is_streaming(cfg)
     encoder = _encoder(cfg, streaming)
     vocab_size = _vocab_size(cfg, target)
-    if target == _MULTITASK:  # the key table has Canary's renames; its prompt tokenizer mapping is not written
-        raise cfg.refuse("target", cfg.get("target"), f"{_CTC} and {', '.join(_TRANSDUCERS)} so far; Canary .nemo "
-                         "archives are not served yet (convert with transformers' script)")
     if frontend["normalize"] != (not streaming):
         want = "'NA' (none)" if streaming else "'per_feature'"
         raise cfg.refuse("preprocessor.normalize", cfg.get("preprocessor.normalize"), f"{want} for this encoder")
+    if target == _MULTITASK:
+        if streaming:
+            raise cfg.refuse("encoder.att_context_style", cfg.get("encoder.att_context_style"),
+                             "an offline encoder for Canary")
+        return NemoModel("canary", canary(cfg, encoder, frontend, vocab_size), tokenizer_member, ())
     if target == _CTC:
         if streaming:
             raise cfg.refuse("encoder.att_context_style", cfg.get("encoder.att_context_style"),

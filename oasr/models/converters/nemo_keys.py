@@ -57,6 +57,10 @@ _CANARY: Renames = (
     (r"^encoder\.", "model.encoder."),
     (r"^transf_decoder\._embedding\.token_embedding\.", "model.decoder.embed_tokens."),
     (r"^transf_decoder\._embedding\.layer_norm\.", "model.decoder.embedding_layernorm."),
+    # NeMo's fixed sinusoidal table (sines and cosines interleaved, already scaled by 1 / sqrt(d)) is a buffer the
+    # archive holds; OASR's own table puts sines and cosines in halves, as transformers' Canary does, so the
+    # archive's table is loaded as the decoder's position embedding instead (nemo_canary: positions "learned").
+    (r"^transf_decoder\._embedding\.position_embedding\.pos_enc$", "model.decoder.pos_emb.weight"),
     (r"^transf_decoder\._decoder\.final_layer_norm\.", "model.decoder.norm."),
     (r"^transf_decoder\._decoder\.layers\.", "model.decoder.layers."),
     (r"\.first_sub_layer\.query_net\.", ".self_attn.q_proj."),
@@ -83,8 +87,8 @@ RENAMES: dict[str, Renames] = {
 }
 # Dropped in every architecture: NeMo's featurizer buffers (the frontend computes its own filters and window).
 _ALWAYS_DROPPED = ("preprocessor.",)
-# The sinusoidal position table of Canary's decoder is a buffer NeMo saves; OASR computes the same table.
-_DROPPED_PATTERNS = (re.compile(r"^transf_decoder\._embedding\.position_embedding\."),)
+# Token-type embeddings (``num_token_types`` > 0) are built but never added while decoding: NeMo passes no token types.
+_DROPPED_PATTERNS = (re.compile(r"^transf_decoder\._embedding\.token_type_embedding\."),)
 
 
 def rename_state(architecture: str, state: dict[str, torch.Tensor], dropped_prefixes: tuple[str, ...] = ()
