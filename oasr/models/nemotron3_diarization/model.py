@@ -23,6 +23,7 @@ from oasr.models import DIARIZATION_ARCHITECTURES
 from oasr.models.nemotron3_diarization.config import Nemotron3DiarizationConfig, tiny_config
 from oasr.models.nemotron3_diarization.encoder import DiarizationBackbone
 from oasr.models.nemotron3_diarization.speaker_cache import CachePolicy, CacheState, push
+from oasr.streaming.geometry import StateField
 
 
 class ClassificationHead(nn.Module):
@@ -133,3 +134,21 @@ class Nemotron3Diarization(nn.Module):
         present = torch.full((b,), k, device=embeds.device)
         logits, state = self._step(self.stream_policy, state, embeds, valid, present, 0, num_chunk)
         return (logits if num_frames is None else logits[:, :num_frames]), state
+
+    # -- per-stream state, for oasr.diarization.streams ----------------------------------------------------
+    def stream_state_fields(self) -> tuple[StateField, ...]:
+        """One stream's speaker cache (frames and the probabilities stored with them) and FIFO."""
+        policy, hidden = self.stream_policy, self.config.audio_config.hidden_size
+        return (StateField("speaker_cache", (policy.cache_length, hidden)),
+                StateField("speaker_cache_probs", (policy.cache_length, policy.num_speakers)),
+                StateField("fifo", (policy.fifo_length, hidden)))
+
+    @staticmethod
+    def stream_state(rows: dict[str, torch.Tensor], num_cache: int, num_fifo: int, compressed: bool) -> CacheState:
+        """Streams' state rows (the fields above, [B, ...]) with their shared counts -> a ``CacheState``."""
+        return CacheState(rows["speaker_cache"], rows["speaker_cache_probs"], rows["fifo"], num_cache, num_fifo,
+                          compressed)
+
+    @staticmethod
+    def stream_rows(state: CacheState) -> dict[str, torch.Tensor]:
+        return {"speaker_cache": state.embeds, "speaker_cache_probs": state.probs, "fifo": state.fifo}
