@@ -115,3 +115,46 @@ def test_a_server_without_a_diarization_model_answers_404():
         assert response.status_code == 404 and "--diarization-model" in response.json()["error"]["message"]
     finally:
         engine.shutdown()
+
+
+def test_transcribe_with_a_diarization_model_writes_openai_diarized_json(model_and_audio, capsys):
+    import json
+
+    from oasr.diarization.assign import speaker_letter, speaker_of
+    from oasr.diarization.types import SpeakerSegment
+
+    checkpoint, wav, expected = model_and_audio
+    argv = ["transcribe", str(wav), "--model", "tiny.en", "--device", "cpu", "--diarization-model", str(checkpoint),
+            "--output-format", "diarized_json"]
+    assert main(argv) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert set(body) == {"task", "duration", "text", "segments"} and body["task"] == "transcribe"
+    assert body["text"] and body["segments"]
+    activity = [SpeakerSegment(s["Start"], s["End"], s["Speaker"]) for s in expected]
+    for i, seg in enumerate(body["segments"]):
+        assert set(seg) == {"type", "id", "start", "end", "text", "speaker"}
+        assert seg["type"] == "transcript.text.segment" and seg["id"] == f"seg_{i}"
+        assert seg["speaker"] == speaker_letter(speaker_of(seg["start"], seg["end"], activity))
+
+
+def test_diarized_json_and_the_diarization_model_go_together(model_and_audio, capsys):
+    checkpoint, wav, _ = model_and_audio
+    assert main(["transcribe", str(wav), "--output-format", "diarized_json"]) == 2
+    assert "go together" in capsys.readouterr().err
+    assert main(["transcribe", str(wav), "--diarization-model", str(checkpoint)]) == 2
+    assert "go together" in capsys.readouterr().err
+
+
+def test_each_span_takes_the_speaker_who_talks_most_within_it():
+    from oasr.diarization.assign import speaker_letter, speaker_of
+    from oasr.diarization.types import SpeakerSegment
+
+    activity = [SpeakerSegment(0.0, 2.0, 0), SpeakerSegment(1.5, 4.0, 1), SpeakerSegment(3.0, 3.5, 0),
+                SpeakerSegment(6.0, 7.0, 2)]
+    assert speaker_of(0.0, 1.8, activity) == 0
+    assert speaker_of(1.0, 3.6, activity) == 1  # 1: 2.1 s, 0: 1.0 + 0.5 s
+    assert speaker_of(1.5, 2.5, activity) == 1  # 1.0 s against 0.5 s
+    assert speaker_of(1.5, 2.0, activity) == 0  # 0.5 s each: the earlier arrival
+    assert speaker_of(4.5, 5.0, activity) == 1  # nobody talks: the nearest activity
+    assert speaker_of(0.0, 1.0, []) is None
+    assert [speaker_letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
