@@ -42,11 +42,17 @@ def diarizer(checkpoint) -> OfflineDiarizer:
     return OfflineDiarizer(load_diarizer(checkpoint[1], device="cpu"))
 
 
-def test_tiny_config_runs_its_example_inputs():
-    arch = DIARIZATION_ARCHITECTURES.get("nemotron3_diarization")
+@pytest.mark.parametrize("name", DIARIZATION_ARCHITECTURES.names())
+def test_every_diarization_architecture_runs_its_tiny_config_from_the_layer_waist(name):
+    arch = DIARIZATION_ARCHITECTURES.get(name)
     config = arch.tiny_config()
-    logits = arch.from_config(config).eval()(*arch.example_inputs(config, 2))
-    assert logits.shape == (2, 201, config.num_speakers) and torch.isfinite(logits).all()
+    model = arch.from_config(config).eval()
+    features, lengths = arch.example_inputs(config, 2)
+    logits = model(features, lengths)
+    assert logits.shape == (2, features.shape[1], config.num_speakers) and torch.isfinite(logits).all()
+    foreign = [path for path, module in model.named_modules()
+               if not type(module).__module__.startswith(("oasr.layers", "oasr.models", "torch.nn.modules.container"))]
+    assert foreign == []
 
 
 def test_offline_probabilities_match_transformers_in_one_batch(diarizer, mixtures, expected):
