@@ -76,7 +76,10 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length-penalty", type=float, default=None,
                    help="rank beam hypotheses by log-probability / ((5 + length) / 6) ** PENALTY, PENALTY in [0, 1] "
                    "(default: divide by the length)")
-    p.add_argument("--output-format", default="txt", choices=OUTPUT_FORMATS,
+    p.add_argument("--diarization-model", default=None, metavar="ID",
+                   help="a diarization checkpoint (directory or Hub id): each segment gets the speaker who talks "
+                   "most within it; needs --output-format diarized_json (OpenAI's shape)")
+    p.add_argument("--output-format", default="txt", choices=(*OUTPUT_FORMATS, "diarized_json"),
                    help="on stdout with several inputs: txt starts each line with the input's name and a colon "
                    "(NAME: text, as grep does), json is one array, jsonl one line per input (with its 'file'); "
                    "srt and vtt, one document per input, need --output-dir")
@@ -155,6 +158,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="answer only requests whose Host header names HOST (any port; '*.example.com' for "
                    "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
                    "when --host is a loopback address (against DNS rebinding), else any")
+    p.add_argument("--diarization-model", default=None, metavar="ID",
+                   help="a diarization checkpoint (directory or Hub id) served at POST /v1/audio/diarization, "
+                   "loaded in the HTTP process on its first request, on --device")
     p.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
                    help="let web pages from ORIGIN (https://app.example.com, or '*') call the API (CORS); "
                    "repeatable; default: no CORS headers")
@@ -280,6 +286,8 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
                                   max_pending_turns=args.realtime_max_pending_turns,
                                   max_pending_audio_s=args.realtime_max_pending_audio_s),
         log_format=args.log_format,
+        diarization_model=args.diarization_model,
+        diarization_device=args.device,
     )
 
 
@@ -421,6 +429,12 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_diarize(args: argparse.Namespace) -> int:
+    from oasr.diarize_command import run
+
+    return run(args)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from oasr.bench.command import run
 
@@ -428,7 +442,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"transcribe": cmd_transcribe, "serve": cmd_serve, "models": cmd_models, "pull": cmd_pull,
-            "convert": cmd_convert, "quantize": cmd_quantize, "bench": cmd_bench}
+            "convert": cmd_convert, "quantize": cmd_quantize, "bench": cmd_bench, "diarize": cmd_diarize}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -465,8 +479,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(sub)
     _add_quantize(sub)
     from oasr.bench.command import add_parser
+    from oasr.diarize_command import add_parser as add_diarize
 
     add_parser(sub)
+    add_diarize(sub)
     for command in sub.choices.values():
         command.formatter_class = HelpFormatter
         # SUPPRESS: a subcommand without -v leaves the value the main parser set (``oasr -v serve``) alone.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oasr.devices import is_cuda
+from oasr.diarization.assign import DiarizedTranscription
 from oasr.serving.formats import render, render_many
 
 if TYPE_CHECKING:
@@ -113,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"oasr: error: {exc}", file=sys.stderr)
         return 2
-    problem = _check_output_dir(args.output_dir) or _mode_conflict(args)
+    problem = (_check_output_dir(args.output_dir) or _mode_conflict(args)
+               or _diarization_conflict(args, ray_options is not None))
     if problem:
         print(f"oasr: error: {problem}", file=sys.stderr)
         return 2
@@ -134,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         results, progress = _ray_results(args, paths, options, ray_options)
     else:
         results, progress = _local_results(args, paths)
+    if args.diarization_model is not None:
+        results = _with_speakers(args, paths, results)
     try:
         failed = _emit(args, [names[i] for i in todo], results, progress)
     finally:
@@ -143,7 +147,39 @@ def run(args: argparse.Namespace) -> int:
 
 # Formats whose output is one document (a header, numbered cues): several of them end to end are not one valid
 # file, so several inputs need --output-dir.
-SINGLE_DOCUMENT_FORMATS = ("srt", "vtt")
+SINGLE_DOCUMENT_FORMATS = ("srt", "vtt", "diarized_json")
+
+
+def _diarization_conflict(args: argparse.Namespace, on_ray: bool) -> str | None:
+    """Why --diarization-model cannot serve this run (None when it can)."""
+    wants = args.output_format == "diarized_json"
+    if wants != (args.diarization_model is not None):
+        return ("--output-format diarized_json and --diarization-model ID go together: the speakers come from "
+                "the diarization model, and only diarized_json writes them")
+    if args.diarization_model is not None and (on_ray or args.stream):
+        return "--diarization-model runs only with local whole-file transcription (not --stream, not on Ray)"
+    return None
+
+
+def _with_speakers(args: argparse.Namespace, paths: list[Path], results):
+    """Each transcribed input with its speaker activity: the diarization model runs on the same file."""
+    from oasr.audio import load_audio
+    from oasr.diarization.loader import load_diarizer
+    from oasr.diarization.offline import OfflineDiarizer
+
+    diarizer = OfflineDiarizer(load_diarizer(args.diarization_model, device=args.device,
+                                             dtype=None if args.dtype == "auto" else args.dtype))
+    for index, result in results:
+        if result.ok:
+            activity = diarizer.diarize([load_audio(paths[index])], [str(paths[index])])[0].segments
+            result = DiarizedTranscription(result, activity)
+        yield index, result
+
+
+def _render(result, fmt: str) -> str:
+    """A result in ``fmt``: a transcript with speakers renders itself (diarized_json), others through
+    ``oasr.serving.formats``."""
+    return result.render() if isinstance(result, DiarizedTranscription) else render(result, fmt)
 
 
 def _stdout_conflict(args: argparse.Namespace, num_inputs: int) -> str | None:
@@ -161,7 +197,7 @@ def stdout_text(result: Transcription, fmt: str, several: bool) -> str:
     colon, as grep prints matches from several files (one input prints its text alone)."""
     if fmt == "txt" and several:
         return "".join(f"{result.source}: {line}\n" for line in result.text.split("\n"))
-    return render(result, fmt)
+    return _render(result, fmt)
 
 
 def _inputs(args: argparse.Namespace) -> list[TranscribeInput]:
@@ -249,7 +285,7 @@ def _emit(args: argparse.Namespace, names: list[str], results, progress) -> int:
         elif args.output_dir:
             target = args.output_dir / f"{names[index]}.{args.output_format}"
             try:
-                write_output(target, render(result, args.output_format))
+                write_output(target, _render(result, args.output_format))
             except OSError as exc:
                 failed += 1
                 progress.write(f"oasr: error: cannot write {target}: {exc.strerror or exc}", file=sys.stderr)

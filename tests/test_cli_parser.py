@@ -38,7 +38,8 @@ def test_every_command_help_shows_its_defaults_and_no_empty_ones() -> None:
     for shown in ("--port PORT port to listen on (default: 8000)", "(default: 127.0.0.1)", "(default: tiny.en)",
                   "(default: 256)", "--log-format {text,json}"):
         assert shown in serve
-    assert re.search(r"--output-format \{txt,json,jsonl,srt,vtt\} [^{]*\(default: txt\) --output-dir", _help("transcribe"))
+    assert re.search(r"--output-format \{txt,json,jsonl,srt,vtt,diarized_json\} [^{]*\(default: txt\) --output-dir",
+                     _help("transcribe"))
     assert "(default: 0.5)" in _help("quantize")
     for command in ("transcribe", "serve", "models", "convert", "quantize", "bench"):
         text = _help(command)

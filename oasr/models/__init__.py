@@ -24,6 +24,13 @@ ARCHITECTURES: Registry[type] = Registry(
     },
 )
 
+# Frame classifiers that say who speaks when (``oasr.diarization``): not ASR architectures, so kept apart from
+# ARCHITECTURES and its capability records.
+DIARIZATION_ARCHITECTURES: Registry[type] = Registry(
+    "diarization architecture",
+    lazy={"nemotron3_diarization": "oasr.models.nemotron3_diarization.model"},
+)
+
 CONVERTERS: Registry[type] = Registry(
     "checkpoint format",
     lazy={
@@ -34,4 +41,4 @@ CONVERTERS: Registry[type] = Registry(
     },
 )
 
-__all__ = ["ARCHITECTURES", "CONVERTERS"]
+__all__ = ["ARCHITECTURES", "CONVERTERS", "DIARIZATION_ARCHITECTURES"]

@@ -16,6 +16,7 @@ from oasr.serving.protocol import (
     TranslationParams,
     form_request_body,
 )
+from oasr.serving.diarization import add_diarization_route
 from oasr.serving.page import add_page_routes
 from oasr.serving.realtime.route import add_realtime_route
 from oasr.serving.serving import OpenAIServingTranscription
@@ -55,6 +56,8 @@ def build_router() -> APIRouter:
             raise APIError(404, f"The model `{model_id[:128]}` does not exist.", param="model",
                            code="model_not_found")
         return _model_card(request, model_id)
+
+    add_diarization_route(v1)
 
     router = APIRouter()
     router.include_router(v1)

@@ -89,6 +89,9 @@ class ServerSettings:
     cors_allow_origins: tuple[str, ...] = ()  # origins browsers may call from ("*": any); none: no CORS headers
     realtime: RealtimeSettings = RealtimeSettings()
     log_format: str = "text"  # the banner and access log of ``oasr serve``: "text" or "json" (``server_log``)
+    # The diarization checkpoint /v1/audio/diarization runs (None: that route answers 404), and its device.
+    diarization_model: str | None = None
+    diarization_device: str = "auto"
 
     def __post_init__(self) -> None:
         if self.log_format not in ("text", "json"):

@@ -1,0 +1,55 @@
+"""Whole inputs -> ``Diarization`` results: features and the chunked forward in batches of similar lengths."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from oasr.diarization.loader import LoadedDiarizer
+from oasr.diarization.segments import speaker_segments
+from oasr.diarization.types import Diarization
+
+SAMPLE_RATE = 16000
+
+
+class OfflineDiarizer:
+    """Batches inputs by length (a row's result never depends on its batch, so this only saves padding)."""
+
+    def __init__(self, loaded: LoadedDiarizer, max_batch_seconds: float = 600.0, threshold: float = 0.5) -> None:
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold must lie in (0, 1), got {threshold}")
+        self.loaded, self.max_batch_seconds, self.threshold = loaded, max_batch_seconds, threshold
+
+    @torch.inference_mode()
+    def probabilities(self, audio: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """16 kHz float inputs -> each input's speaker probabilities [its mel frames, speakers] (float32)."""
+        order = sorted(range(len(audio)), key=lambda i: len(audio[i]))
+        out: list[np.ndarray | None] = [None] * len(audio)
+        batch: list[int] = []
+        for i in order:
+            # the longest row sets a batch's padded size: cut before it would pass the budget
+            if batch and len(audio[i]) * (len(batch) + 1) > self.max_batch_seconds * SAMPLE_RATE:
+                self._run(audio, batch, out)
+                batch = []
+            batch.append(i)
+        if batch:
+            self._run(audio, batch, out)
+        return out  # type: ignore[return-value]
+
+    def _run(self, audio: Sequence[np.ndarray], rows: list[int], out: list) -> None:
+        loaded = self.loaded
+        features, lengths = loaded.features([audio[i] for i in rows], loaded.device)
+        logits = loaded.model.diarize(features.transpose(1, 2), lengths)
+        probs = logits.float().sigmoid().cpu().numpy()
+        for j, i in enumerate(rows):
+            out[i] = probs[j, : int(lengths[j])]
+
+    def diarize(self, audio: Sequence[np.ndarray], sources: Sequence[str] | None = None) -> list[Diarization]:
+        sources = sources or [f"input {i}" for i in range(len(audio))]
+        results = []
+        for source, samples, probs in zip(sources, audio, self.probabilities(audio)):
+            segments = speaker_segments(probs, self.loaded.frame_seconds, self.threshold)
+            results.append(Diarization(source, len(samples) / SAMPLE_RATE, segments))
+        return results

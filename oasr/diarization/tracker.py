@@ -1,0 +1,44 @@
+"""Speaker segments of a stream as its frames arrive: a segment is reported once its speaker stops (or the
+stream ends), and the segments of a whole stream are exactly ``speaker_segments`` of all its frames."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oasr.diarization.types import SpeakerSegment
+
+
+class SegmentTracker:
+    def __init__(self, num_speakers: int, frame_seconds: float, threshold: float = 0.5) -> None:
+        self.frame_seconds, self.threshold = frame_seconds, threshold
+        self.open_since: list[int | None] = [None] * num_speakers  # frame where each talking speaker started
+        self.num_frames = 0
+
+    def _segment(self, start: int, end: int, speaker: int) -> SpeakerSegment:
+        return SpeakerSegment(round(float(start) * self.frame_seconds, 2), round(float(end) * self.frame_seconds, 2),
+                              speaker)
+
+    def update(self, probs: np.ndarray) -> list[SpeakerSegment]:
+        """probs: [frames, speakers], the stream's next frames -> the segments that ended within them."""
+        active = np.asarray(probs) > self.threshold
+        done = []
+        for speaker in range(active.shape[1]):
+            column = active[:, speaker]
+            was = self.open_since[speaker] is not None
+            edges = np.flatnonzero(np.diff(np.concatenate([[was], column]).astype(np.int8)))
+            for edge in edges:  # edge j: the state changes at frame num_frames + j
+                frame = self.num_frames + int(edge)
+                if self.open_since[speaker] is None:
+                    self.open_since[speaker] = frame
+                else:
+                    done.append(self._segment(self.open_since[speaker], frame, speaker))
+                    self.open_since[speaker] = None
+        self.num_frames += active.shape[0]
+        return sorted(done, key=lambda s: (s.start, s.speaker))
+
+    def close(self) -> list[SpeakerSegment]:
+        """The stream ended: the segments still open end with it."""
+        done = [self._segment(start, self.num_frames, speaker)
+                for speaker, start in enumerate(self.open_since) if start is not None]
+        self.open_since = [None] * len(self.open_since)
+        return sorted(done, key=lambda s: (s.start, s.speaker))

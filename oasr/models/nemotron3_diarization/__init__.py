@@ -1,0 +1,1 @@
+"""Nemotron 3 Diarization (transformers' ``Nemotron3DiarizationForAudioFrameClassification``): who speaks when."""
