@@ -59,7 +59,7 @@ def recognize(args: dict) -> dict:
 
 def _chunks(args: dict) -> list[bytes]:
     data = Path(args["audio"]).read_bytes()
-    size = args.get("sample_rate", 16_000) * 2 * args.get("chunk_ms", 100) // 1000
+    size = (args.get("sample_rate") or 16_000) * 2 * args.get("chunk_ms", 100) // 1000
     return [data[start : start + size] for start in range(0, len(data), size)]
 
 
