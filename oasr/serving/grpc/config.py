@@ -93,7 +93,8 @@ def language_of(code: str) -> str | None:
 
 
 def read_config(config: riva_asr_pb2.RecognitionConfig, prefix: str, *, accepts_model, streaming: bool,
-                can_align_words: bool, can_drop_punctuation: bool) -> RecognitionRequest:
+                can_align_words: bool, can_drop_punctuation: bool,
+                takes_language: bool) -> RecognitionRequest:
     """``config`` checked; ``prefix`` is its path in the request (``config`` or ``streaming_config.config``);
     ``accepts_model(name)`` says whether ``model`` names the served model. The engine's own checks (language,
     options the model refuses) come after, in ``service.check_options``."""
@@ -115,7 +116,10 @@ def read_config(config: riva_asr_pb2.RecognitionConfig, prefix: str, *, accepts_
     if config.enable_word_time_offsets and not can_align_words:
         raise invalid(f"{prefix}.enable_word_time_offsets", "the served model gives no word timestamps")
     punctuation = config.enable_automatic_punctuation or not can_drop_punctuation
-    options = DecodeOptions(language=language_of(config.language_code), punctuation=punctuation)
+    # Riva clients always send a language ("en-US" by default). A model that takes one (Whisper, Canary) is told
+    # it, and refuses one it does not speak; a model that takes none (a transducer) transcribes what it hears.
+    language = language_of(config.language_code) if takes_language else None
+    options = DecodeOptions(language=language, punctuation=punctuation)
     options = _custom_options(options, config, prefix)
     return RecognitionRequest(audio, options, config.enable_word_time_offsets, _endpointing(config, prefix),
                               config.language_code)

@@ -173,7 +173,8 @@ class RivaASRService(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
         engine = self.serving.engine
         request = read_config(config, prefix, accepts_model=self.settings.accepts_model, streaming=streaming,
                               can_align_words=engine.supports_word_timestamps,
-                              can_drop_punctuation="punctuation" in engine.capabilities.served_options)
+                              can_drop_punctuation="punctuation" in engine.capabilities.served_options,
+                              takes_language="language" in engine.capabilities.served_options)
         try:
             await engine.check(request.options)
         except UnsupportedOptionError as exc:
