@@ -26,7 +26,9 @@ class RawAudio:
             codec("g711_alaw").table if audio.encoding == ALAW else None
         self.bytes_per_frame = (1 if self.table is not None else 2) * audio.channels
         self._pending = b""  # a partial frame, completed by the next chunk
-        self._resampler = soxr.ResampleStream(audio.sample_rate, TARGET_RATE, 1, dtype="float32")
+        # None at 16 kHz: the samples go to the engine as sent (soxr would still filter them).
+        self._resampler = None if audio.sample_rate == TARGET_RATE else \
+            soxr.ResampleStream(audio.sample_rate, TARGET_RATE, 1, dtype="float32")
         self.num_input_frames = 0
 
     @property
@@ -43,9 +45,11 @@ class RawAudio:
             samples = np.frombuffer(data[:whole], dtype="<i2").astype(np.float32) / _PCM16_SCALE
         frames = samples.reshape(-1, self.format.channels).mean(axis=1, dtype=np.float32)
         self.num_input_frames += len(frames)
-        return self._resampler.resample_chunk(frames, last=False)
+        return frames if self._resampler is None else self._resampler.resample_chunk(frames, last=False)
 
     def flush(self) -> np.ndarray:
+        if self._resampler is None:
+            return np.zeros(0, dtype=np.float32)
         return self._resampler.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
 
 
