@@ -18,7 +18,7 @@ from oasr.devices import DEVICE_HELP, device_name, is_cuda
 from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.server_log import LOG_FORMATS
-from oasr.serving.settings import ServerSettings
+from oasr.serving.settings import GrpcSettings, ServerSettings
 from oasr.transcribe_command import (  # noqa: F401 (oasr.cli's names too)
     StdoutError, engine_config_of, output_names, write_output)
 from oasr.vad import VAD_DETECTORS
@@ -185,6 +185,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                    help="the startup banner and the access log (a line per request, shown without -v): 'text' for "
                    "people, 'json' for one JSON object per line")
+    p.add_argument("--grpc-port", type=int, default=None, metavar="PORT",
+                   help="also serve NVIDIA Riva's ASR gRPC service (Recognize, StreamingRecognize) on PORT, beside "
+                   "HTTP on the same engine, keys (metadata 'authorization: Bearer KEY') and limits; Riva clients "
+                   "connect unchanged (default: off; see docs/grpc.md)")
+    p.add_argument("--grpc-cert", default=None, metavar="PEM",
+                   help="with --grpc-port: serve gRPC over TLS with this certificate chain (and --grpc-key)")
+    p.add_argument("--grpc-key", default=None, metavar="PEM", help="with --grpc-cert: its private key")
     p.add_argument("--max-streams", type=int, default=None, metavar="N",
                    help="a streaming model's stream slots: realtime turns streamed at once (default 64; raise it "
                    "with --realtime-max-sessions, as every session speaking holds one)")
@@ -288,7 +295,19 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         log_format=args.log_format,
         diarization_model=args.diarization_model,
         diarization_device=args.device,
+        grpc=_grpc_settings(args),
     )
+
+
+def _grpc_settings(args: argparse.Namespace) -> GrpcSettings | None:
+    if args.grpc_port is None:
+        if args.grpc_cert or args.grpc_key:
+            raise ValueError("--grpc-cert and --grpc-key need --grpc-port")
+        return None
+    for flag, path in (("--grpc-cert", args.grpc_cert), ("--grpc-key", args.grpc_key)):
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"{flag} {path}: no such file")
+    return GrpcSettings(args.grpc_port, args.grpc_cert, args.grpc_key)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -37,6 +37,7 @@ from oasr.streaming.types import StreamingConfig
 
 if TYPE_CHECKING:
     from oasr.hosting.ray_replicas import ReplicaOptions
+    from oasr.serving.grpc.server import GrpcFrontEnd
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
     if api_workers > 1:
         if engine_mode != "process":
             raise ValueError("--api-workers above 1 needs --engine-mode process (the workers share one core)")
+        if settings.grpc is not None:
+            raise ValueError("--grpc-port serves from the one API process: leave --api-workers at 1")
         from oasr.serving.workers import serve_workers
 
         ready = threading.Event()  # set once the workers are started (they listen a moment later)
@@ -170,7 +173,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             banner = Banner(settings.served_model_name, engine_device(engine, device), described, url)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             server_config = uvicorn_config(app, settings, host=host, port=port, log_level=level)
-            ServingServer(server_config, app.state.lifecycle, on_started=lambda: log_banner(banner)).run()
+            ServingServer(server_config, app.state.lifecycle, on_started=lambda: log_banner(banner),
+                          grpc=grpc_front_end(app, settings, host)).run()
         finally:
             engine.shutdown()
 
@@ -179,19 +183,34 @@ class ServingServer(uvicorn.Server):
     """uvicorn's server, which calls ``on_started`` once it listens and drains ``lifecycle`` (/health says
     ``draining``) the moment it starts shutting down, before its requests in flight have finished."""
 
-    def __init__(self, config: uvicorn.Config, lifecycle: ServerLifecycle, on_started: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, lifecycle: ServerLifecycle, on_started: Callable[[], None],
+                 grpc: GrpcFrontEnd | None = None) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
         self.on_started = on_started
+        self.grpc = grpc  # the Riva gRPC service, on this server's event loop
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.grpc is not None:  # first: a port it cannot bind stops the server before HTTP listens
+            await self.grpc.start()
         await super().startup(sockets)
         if self.started and not self.should_exit:
             self.on_started()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.lifecycle.drain()
+        if self.grpc is not None:
+            await self.grpc.stop()
         await super().shutdown(sockets)
+
+
+def grpc_front_end(app: FastAPI, settings: ServerSettings, host: str) -> GrpcFrontEnd | None:
+    """``oasr serve --grpc-port``'s service over ``app``'s serving objects, or None without the flag."""
+    if settings.grpc is None:
+        return None
+    from oasr.serving.grpc.server import GrpcFrontEnd
+
+    return GrpcFrontEnd(app.state.realtime, app.state.lifecycle, settings.grpc, host)
 
 
 def base_url(host: str, port: int) -> str:

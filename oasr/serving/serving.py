@@ -337,6 +337,32 @@ class OpenAIServingTranscription:
                 decode.cancel()
             ticket.release()
 
+    async def transcribe_samples(self, audio: np.ndarray, options: DecodeOptions, hold: Ticket, *,
+                                 word_timestamps: bool = False, source: str = "audio") -> TranscriptionResult:
+        """Decoded 16 kHz audio answered as an upload's is (a front end other than HTTP: gRPC's Recognize): a
+        place in admission (releasing ``hold`` with it), the offline cut and plan, words aligned when asked, the
+        request timeout. Raises ``APIError``; cancelling it aborts the engine requests."""
+        try:
+            ticket = self.admission.acquire(hold)
+        except APIError:
+            hold.release()
+            raise
+        try:
+            deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_s
+            spans = self.span_planner(audio)
+            params = TranscriptionParams(model=self.settings.served_model_name,
+                                         response_format="verbose_json" if word_timestamps else "json",
+                                         timestamp_granularities=["word"] if word_timestamps else [])
+            job = TranscriptionJob(options.task, params, source, audio, audio_duration(audio), options, spans,
+                                   await self._plan(options, len(spans)), ticket, deadline)
+            return await asyncio.wait_for(self._collect(job), self.settings.request_timeout_s)
+        except (APIError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise self._api_error(exc) from None
+        finally:
+            ticket.release()
+
     # ------------------------------------------------------------------------------------ decoding
 
     async def _collect(self, job: TranscriptionJob) -> TranscriptionResult:

@@ -61,6 +61,21 @@ class RealtimeSettings:
 
 
 @dataclass(frozen=True)
+class GrpcSettings:
+    """``oasr serve --grpc-port``: the Riva ASR gRPC service beside HTTP (``oasr.serving.grpc``), on the same host."""
+
+    port: int
+    cert_file: str | None = None  # PEM certificate chain and key: TLS through grpc's own credentials
+    key_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"GrpcSettings.port must be in 1..65535, got {self.port}")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("--grpc-cert and --grpc-key go together (TLS needs both)")
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     served_model_name: str  # the id /v1/models lists and requests name in ``model``
     model_aliases: tuple[str, ...] = ("whisper-1",)  # also accepted in ``model`` (OpenAI clients' default)
@@ -92,6 +107,7 @@ class ServerSettings:
     # The diarization checkpoint /v1/audio/diarization runs (None: that route answers 404), and its device.
     diarization_model: str | None = None
     diarization_device: str = "auto"
+    grpc: GrpcSettings | None = None  # None: no gRPC service
 
     def __post_init__(self) -> None:
         if self.log_format not in ("text", "json"):
