@@ -33,13 +33,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("oasr.decode",),
     ("oasr.streaming",),
     ("oasr.models",),
-    ("oasr.engine",),
+    ("oasr.engine", "oasr.diarization"),
     ("oasr.transcription",),
     ("oasr.scale",),
     ("oasr.hosting",),
     ("oasr.serving",),
     ("oasr.api",),
-    ("oasr.transcribe_command", "oasr.quantize_command", "oasr.bench"),
+    ("oasr.transcribe_command", "oasr.quantize_command", "oasr.diarize_command", "oasr.bench"),
     ("oasr.cli",),
 )
 
