@@ -20,7 +20,6 @@ from oasr.layers import apply_backend
 from oasr.models import DIARIZATION_ARCHITECTURES
 from oasr.models.hub import parse_hub_id
 from oasr.models.loader import pick_device, pick_dtype
-from oasr.models.nemotron3_diarization.convert import is_diarization_checkpoint, read_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +67,12 @@ def resolve_directory(name_or_path: str | Path) -> Path:
 def load_diarizer(name_or_path: str | Path, *, device: str | torch.device = "auto",
                   dtype: str | torch.dtype | None = None) -> LoadedDiarizer:
     directory = resolve_directory(name_or_path)
-    if not is_diarization_checkpoint(directory):
+    family = next((DIARIZATION_ARCHITECTURES.get(name) for name in DIARIZATION_ARCHITECTURES.names()
+                   if DIARIZATION_ARCHITECTURES.get(name).recognizes(directory)), None)
+    if family is None:  # each family reads its own checkpoints: no family module is named outside models/
         raise ModelNotFoundError(f"{name_or_path}: not a diarization checkpoint (its config.json names no "
                                  f"diarization model_type; served: {', '.join(DIARIZATION_ARCHITECTURES.names())})")
-    checkpoint = read_checkpoint(directory)
+    checkpoint = family.read_checkpoint(directory)
     arch = DIARIZATION_ARCHITECTURES.get(checkpoint.architecture)
     try:
         config = arch.config_class.from_dict(checkpoint.config)

@@ -25,7 +25,6 @@ from oasr.diarization.stream_plan import PlannedChunk, StreamMode, plan_chunk
 from oasr.diarization.tracker import SegmentTracker
 from oasr.diarization.types import SpeakerSegment
 from oasr.errors import OASRError
-from oasr.models.nemotron3_diarization.speaker_cache import CacheState
 from oasr.streaming.audio import StreamAudio
 from oasr.streaming.state_pool import StreamStatePool
 from oasr.streaming.types import StreamCapacityError

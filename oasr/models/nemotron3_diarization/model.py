@@ -20,6 +20,7 @@ from torch import nn
 
 from oasr.layers import Linear, ReLU
 from oasr.models import DIARIZATION_ARCHITECTURES
+from oasr.models.nemotron3_diarization.convert import is_diarization_checkpoint, read_checkpoint
 from oasr.models.nemotron3_diarization.config import Nemotron3DiarizationConfig, tiny_config
 from oasr.models.nemotron3_diarization.encoder import DiarizationBackbone
 from oasr.models.nemotron3_diarization.speaker_cache import CachePolicy, CacheState, push
@@ -46,6 +47,9 @@ class Nemotron3Diarization(nn.Module):
     config_class: ClassVar[type] = Nemotron3DiarizationConfig
     feature_extractor = "nemotron_logmel"
     streaming = "speaker_cache"  # the runtime in oasr.streaming that serves its streams
+    # How the diarization loader tells and reads this family's checkpoints (transformers' layout).
+    recognizes = staticmethod(is_diarization_checkpoint)
+    read_checkpoint = staticmethod(read_checkpoint)
 
     def __init__(self, config: Nemotron3DiarizationConfig) -> None:
         super().__init__()
