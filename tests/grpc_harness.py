@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +18,8 @@ import numpy as np
 import pytest
 
 import oasr
-from serving_harness import WAIT_S, wait_until
+from oasr.bench.server_process import free_port, running_server, serve_command
+from serving_harness import WAIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 RIVA_PYTHON = Path(os.environ.get("OASR_RIVA_VENV", ROOT / ".venv-riva")) / "bin" / "python"
@@ -35,12 +35,6 @@ def require_riva_client() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -62,24 +56,12 @@ def grpc_server(model: str, *extra: str) -> Iterator[GrpcServer]:
     port, grpc_port = free_port(), free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(oasr.__file__).parent.parent), *sys.path]),
            "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "oasr.cli", "serve", "--model", model, "--device", "cpu",
-                                "--dtype", "float32", "--port", str(port), "--grpc-port", str(grpc_port),
-                                "--api-key", API_KEY, *extra], env=env)
+    command = serve_command("--model", model, "--device", "cpu", "--dtype", "float32", "--port", str(port),
+                            "--grpc-port", str(grpc_port), "--api-key", API_KEY, *extra)
     url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, "oasr serve exited"
-        try:
-            return httpx.get(f"{url}/health", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(healthy, "oasr serve to start")
+    with tempfile.TemporaryDirectory() as logs, \
+            running_server(command, url, Path(logs) / "serve.log", env=env, timeout_s=WAIT_S):
         yield GrpcServer(url, f"127.0.0.1:{grpc_port}")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
 
 
 def http_transcript(server: GrpcServer, audio: bytes, **fields) -> dict:
