@@ -274,6 +274,31 @@ def test_streams_on_cuda_give_the_cpu_reference_tokens(setup: Setup) -> None:
     assert [tokens_of(events[f"s{i}"]) for i in range(len(expected))] == expected
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", ["nemotron", "nemotron3_5"])
+def test_steps_replayed_as_cuda_graphs_give_the_eager_steps_tokens(setup: Setup, setup_3_5: Setup,
+                                                                    which: str) -> None:
+    """Streams joining at different steps (so steps run at several batch buckets), Nemotron 3.5's with a
+    language prompt each: the graphed runtime's tokens equal the eager runtime's and the CPU reference's."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    chosen = setup if which == "nemotron" else setup_3_5
+    loaded = oasr.from_pretrained(chosen.directory, device="cuda", dtype="float32")
+    audio = {f"s{i}": a for i, a in enumerate(chosen.audio)}
+    opens_at = {s: 3 * i for i, s in enumerate(audio)}
+    options = StreamOptions(lookahead=1, language="de" if which == "nemotron3_5" else None)
+    runs = {}
+    for graphs in (False, True):
+        engine = StreamingEngine(loaded, StreamingConfig(max_streams=4, cuda_graphs=graphs))
+        runs[graphs] = {s: tokens_of(e) for s, e in run_streams(engine, audio, seed=7, opens_at=opens_at,
+                                                                    options=options).items()}
+        assert (engine.runtime._graphs is not None and len(engine.runtime._graphs) >= 3) == graphs
+    assert runs[True] == runs[False]
+    if which == "nemotron":
+        assert [runs[True][s] for s in audio] == [reference_streamed(chosen.reference, f, 1)
+                                                   for f in chosen.features]
+
+
 def test_warm_up_leaves_no_trace_in_the_streams(setup: Setup) -> None:
     engine = StreamingEngine(setup.loaded, StreamingConfig(max_streams=3))
     engine.runtime.warm_up(1, 3)  # what a CUDA engine does when built: every bucket, through the scratch slot

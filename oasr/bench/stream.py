@@ -56,8 +56,12 @@ def build(arch: str, directory: Path, seed: int = 0, blank_bias: float = BLANK_B
     with torch.no_grad():
         model.joint.head.bias[config.blank_token_id] += blank_bias
     model.save_pretrained(directory)
-    transformers.NemotronAsrStreamingFeatureExtractor(feature_size=shape["encoder"]["num_mel_bins"]).save_pretrained(
-        directory)
+    # The feature extractor's published settings, written out rather than through transformers' class, which
+    # some releases build with librosa (not needed here: OASR computes the features itself).
+    (directory / "preprocessor_config.json").write_text(json.dumps(dict(
+        feature_extractor_type="NemotronAsrStreamingFeatureExtractor", feature_size=shape["encoder"]["num_mel_bins"],
+        hop_length=160, n_fft=512, win_length=400, preemphasis=0.97, sampling_rate=16000, padding_value=0.0,
+        padding_side="right", return_attention_mask=True, mel_filters_dtype="float32")))
     _write_vocabulary(directory / "tokenizer.json", shape["head"]["vocab_size"])
     return model
 
@@ -182,6 +186,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--peer", choices=("transformers", "none"), default="transformers")
     p.add_argument("--peer-streams", type=int, default=64, help="streams transformers decodes (in one batch)")
     p.add_argument("--blank-bias", type=float, default=BLANK_BIAS)
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
+                   help="replay each step shape's forward as a CUDA graph (the engine's default)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--json-out", type=Path, default=None)
@@ -189,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     report: dict = dict(arch=args.arch, chunk_ms=args.chunk_ms, seconds=args.seconds, device=str(device),
-                        dtype=str(dtype), realtime=[], flat_out=[])
+                        dtype=str(dtype), cuda_graphs=args.cuda_graphs, realtime=[], flat_out=[])
     with tempfile.TemporaryDirectory() as tmp:
         reference = build(args.arch, Path(tmp), blank_bias=args.blank_bias)
         loaded = from_pretrained(tmp, device=device, dtype=dtype)
@@ -200,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def engine() -> StreamingEngine:
         return StreamingEngine(loaded, StreamingConfig(max_streams=max_streams, max_batch=max_streams,
-                                                       warm_lookaheads=(lookahead,)))
+                                                       warm_lookaheads=(lookahead,), cuda_graphs=args.cuda_graphs))
 
     run_oasr(engine(), noise(4, 2.0, seed=99), lookahead, realtime=False)  # warm-up
     for n in args.streams:

@@ -44,7 +44,8 @@ class StreamingEngine:
                 f"{loaded.name} ({loaded.architecture}) cannot stream: its encoder sees the whole input (no "
                 f"streaming runtime is declared for it); use whole-file transcription, or a cache-aware "
                 f"checkpoint such as nemotron_asr_streaming")
-        self.runtime = STREAMING_RUNTIMES.get(self.capabilities.streaming)(loaded, self.config.max_streams)
+        self.runtime = STREAMING_RUNTIMES.get(self.capabilities.streaming)(loaded, self.config.max_streams,
+                                                                           cuda_graphs=self.config.cuda_graphs)
         self.scheduler = StreamScheduler(self.config.max_streams, self.config.max_batch)
         if loaded.device.type == "cuda":
             for lookahead in self.config.warm_lookaheads or (self.runtime.default_lookahead,):

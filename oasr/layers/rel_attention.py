@@ -124,32 +124,32 @@ class RelPositionMultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(q_u.transpose(1, 2), k, v, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
-    def attend_with_context(
-        self, x: torch.Tensor, positions: torch.Tensor, past_keys: torch.Tensor, past_values: torch.Tensor,
+    def attend_in_window(
+        self, x: torch.Tensor, positions: torch.Tensor, window_keys: torch.Tensor, window_values: torch.Tensor,
         past_valid: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor:
         """A chunk attending to itself and to the frames before it (cache-aware streaming).
 
-        x: [B, T, E] the chunk; past_keys, past_values: [B, H, L, D] the projected keys and values of the L frames
-        before it, oldest first; past_valid: bool [B, L], False where a row has no such frame yet (a stream's
-        start) or its window does not reach it; positions: [1, L+2T-1, E] from ``relative_position_embeddings``
-        with ``num_keys=L+T`` -> (out [B, T, E], keys and values [B, H, L+T, D] of the past and the chunk).
-        Every query sees every key of its chunk.
+        x: [B, T, E] the chunk; window_keys, window_values: [B, H, L+T, D], the projected keys and values of the L
+        frames before the chunk (oldest first) followed by room for the chunk's own, which are written there in
+        place; past_valid: bool [B, L], False where a row has no such frame yet (a stream's start) or its window
+        does not reach it; positions: [1, L+2T-1, E] from ``relative_position_embeddings`` with
+        ``num_keys=L+T`` -> out [B, T, E]. Every query sees every key of its chunk.
         """
         b, t, _ = x.shape
         u = self.bias_u.flatten()
         shared = SharedInput(x)
         q_u = self._project_q_u(shared, u)
         q_u = q_u.view(b, t, self.num_heads, self.head_dim)
-        keys = torch.cat([past_keys, self.split_heads(shared(self.k_proj))], dim=2)
-        values = torch.cat([past_values, self.split_heads(shared(self.v_proj))], dim=2)
-        num_keys = keys.shape[2]
+        num_keys = window_keys.shape[2]
+        window_keys[:, :, num_keys - t:] = self.split_heads(shared(self.k_proj))
+        window_values[:, :, num_keys - t:] = self.split_heads(shared(self.v_proj))
         q_v = (q_u + (self.bias_v - self.bias_u)).permute(2, 0, 1, 3).reshape(self.num_heads, b * t, self.head_dim)
         scores = rel_position.shifted(torch.bmm(q_v, self.distance_keys(positions)), b, num_keys)
         valid = torch.cat([past_valid, past_valid.new_ones(b, t)], dim=1)
         mask = torch.where(valid[:, None, None, :], scores, torch.finfo(scores.dtype).min)
-        out = F.scaled_dot_product_attention(q_u.transpose(1, 2), keys, values, attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), keys, values
+        out = F.scaled_dot_product_attention(q_u.transpose(1, 2), window_keys, window_values, attn_mask=mask)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
     def distance_keys(self, positions: torch.Tensor) -> torch.Tensor:
         """positions: [1, P, E] (P = 2T-1, or K+T-1 with earlier keys) -> the scaled projected distances

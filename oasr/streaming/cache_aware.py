@@ -15,6 +15,7 @@ fields), ``stream_encode(features [B, K, n_mels], state, first [B], past_valid [
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,6 +27,7 @@ from oasr.streaming.audio import StreamAudio
 from oasr.streaming.geometry import StreamGeometry
 from oasr.streaming.scheduler import ChunkBatch, ChunkRow
 from oasr.streaming.state_pool import StreamStatePool
+from oasr.streaming.step_graphs import StepGraphs
 from oasr.uploads import upload, upload_tensor
 
 
@@ -47,8 +49,9 @@ class CacheAwareRuntime:
     sample_rate: int
     frame_seconds: float
 
-    def __init__(self, loaded: StreamedModel, num_slots: int) -> None:
+    def __init__(self, loaded: StreamedModel, num_slots: int, *, cuda_graphs: bool = True) -> None:
         self.loaded, self.model, self.device = loaded, loaded.model, loaded.device
+        self._graphs = StepGraphs() if cuda_graphs and self.device.type == "cuda" else None
         features = loaded.features.config
         if getattr(features, "normalize", False):
             raise ValueError(f"{loaded.name}: its features are normalised over the whole input and cannot stream")
@@ -108,7 +111,8 @@ class CacheAwareRuntime:
         """One chunk of every row of ``batch``; windows: each row's samples (``StreamAudio.window``).
 
         The step runs at the next power of two of rows (padding rows hold no audio and use the scratch slot):
-        every new batch size would otherwise cost new cuFFT, cuDNN and cuBLAS plans in the middle of a live step.
+        every new batch size would otherwise cost new cuFFT, cuDNN and cuBLAS plans in the middle of a live step,
+        and on CUDA each (lookahead, size) has its forward captured as a graph.
         """
         geometry = self.geometry(batch.lookahead)
         rows = batch.rows
@@ -123,21 +127,34 @@ class CacheAwareRuntime:
                                               [r.chunk_index == 0 for r in rows] + [False] * padding,
                                               np.stack(keep), np.stack(past_valid))
         windows = windows + [np.zeros_like(windows[0])] * padding
-        samples = upload_tensor(torch.from_numpy(np.stack(windows)), self.device)
-        mel = self.loaded.features.window_frames(samples).transpose(1, 2)  # [B, K, n_mels]
-        mel = mel * keep_t.view(size, num_frames, 1).to(mel.dtype)
-        state = self.pool.gather(slots)
-        hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
-                                                     past_t.view(size, past).bool(), geometry)
+        inputs = dict(samples=upload_tensor(torch.from_numpy(np.stack(windows)), self.device), slots=slots,
+                      first=first, keep=keep_t.view(size, num_frames), past_valid=past_t.view(size, past))
         prompts = [r.prompt_id for r in rows]
-        if all(p is None for p in prompts):
-            prompt_ids = None
+        if any(p is not None for p in prompts):
+            inputs["prompt_ids"] = upload(self.device, prompts + prompts[:1] * padding)[0]
+        forward = functools.partial(self._encode, geometry)
+        if self._graphs is None:
+            frames, out, predictor = forward(**inputs)
         else:
-            prompt_ids = upload(self.device, prompts + prompts[:1] * padding)[0]
-        frames = self.model.project_encoder(self.model.fuse_prompt(hidden, prompt_ids))
-        out, predictor = self.model.predictor_from_rows(state)
+            scratch = dict(inputs, slots=torch.full_like(slots, self.scratch_slot))
+            key = (batch.lookahead, size, "prompt_ids" in inputs)
+            frames, out, predictor = self._graphs.run(key, forward, inputs, scratch)
         tokens = decode_chunk(self.model, frames, out, predictor, max_symbols=self.model.max_symbols_per_step)
-        new_state.update(self.model.predictor_rows(tokens.predictor_out, tokens.state))
-        self.pool.scatter(slots, new_state)
+        self.pool.scatter(slots, self.model.predictor_rows(tokens.predictor_out, tokens.state))
         return ChunkTokens(tokens.token_ids[: len(rows)], tokens.token_frames[: len(rows)], tokens.predictor_out,
                            tokens.state)
+
+    def _encode(self, geometry: StreamGeometry, samples: torch.Tensor, slots: torch.Tensor, first: torch.Tensor,
+                keep: torch.Tensor, past_valid: torch.Tensor, prompt_ids: torch.Tensor | None = None):
+        """The step's forward up to the label loop, with fixed shapes and no host sync (a graph's body): the
+        rows' feature frames, their encoder state from the pool and back to it, their projected frames and
+        predictor context -> (frames [B, chunk_frames, H], predictor out, predictor state)."""
+        mel = self.loaded.features.window_frames(samples).transpose(1, 2)  # [B, K, n_mels]
+        mel = mel * keep.unsqueeze(2).to(mel.dtype)
+        state = self.pool.gather(slots)
+        hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
+                                                     past_valid.bool(), geometry)
+        self.pool.scatter(slots, new_state)
+        frames = self.model.project_encoder(self.model.fuse_prompt(hidden, prompt_ids))
+        out, predictor = self.model.predictor_from_rows(state)
+        return frames, out, predictor

@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # annotations only
 
 @runtime_checkable
 class StreamingRuntime(Protocol):
-    """Built as ``runtime(loaded, num_slots)``; one slot per stream, the slots' state on the model's device."""
+    """Built as ``runtime(loaded, num_slots, cuda_graphs=...)``; one slot per stream, the slots' state on the
+    model's device; ``cuda_graphs`` allows (does not require) replaying each step shape's forward on CUDA."""
 
     default_lookahead: int  # encoder frames of right context when a stream asks for none
     sample_rate: int  # of the samples ``step`` is handed

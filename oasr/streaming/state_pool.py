@@ -31,9 +31,10 @@ class StreamStatePool:
         return {name: t.index_select(0, slots) for name, t in self.tensors.items()}
 
     def scatter(self, slots: torch.Tensor, rows: dict[str, torch.Tensor]) -> None:
-        """Writes ``rows`` (every field, [B, *shape]) to ``slots``."""
-        for name, t in self.tensors.items():
-            t.index_copy_(0, slots, rows[name].to(t.dtype))
+        """Writes ``rows`` ({field: [B, *shape]}, every field or some) to ``slots``."""
+        for name, value in rows.items():
+            t = self.tensors[name]
+            t.index_copy_(0, slots, value.to(t.dtype))
 
     def clear(self, slots: torch.Tensor, values: dict[str, torch.Tensor] | None = None) -> None:
         """Zeroes ``slots``, then broadcasts ``values`` ({field: [*shape]}) into them where given."""

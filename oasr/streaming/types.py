@@ -24,6 +24,7 @@ class StreamingConfig:
     # Lookaheads whose every batch bucket runs once when the engine is built (on CUDA), so that live steps never
     # pay for first use; None: the checkpoint's default lookahead.
     warm_lookaheads: tuple[int, ...] | None = None
+    cuda_graphs: bool = True  # replay each step shape's forward as a CUDA graph (CUDA only; eager elsewhere)
 
     def __post_init__(self) -> None:
         if self.max_streams < 1 or self.max_batch < 1:

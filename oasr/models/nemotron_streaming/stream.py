@@ -7,7 +7,8 @@ A chunk of ``feature_frames`` feature frames yields ``lookahead + 1`` encoder fr
   chunk (``subsampling.N``: the tail of its input at the previous chunk);
 - attention reads the keys and values of the frames before the chunk (``attention.keys`` / ``.values``, the
   last ``past_frames``), of which it sees the whole chunks of left context its window allows;
-- each causal depthwise convolution reads ``kernel - 1`` frames from before the chunk (``conv``).
+- each causal depthwise convolution reads ``kernel - 1`` frames from before the chunk (``conv``, [kernel - 1,
+  channels] a layer).
 
 The first chunk is short (``first_feature_frames``); it arrives with zero frames in front so that every step
 has one shape, and the frames those zeros make at each subsampling stage are zeroed again before the next stage
@@ -41,7 +42,7 @@ def stream_geometry(encoder: NemotronAsrStreamingEncoder, lookahead: int, frame_
     state = (*_subsampling_fields(encoder.subsampling, config.num_mel_bins, factor * chunk, 1 + factor * lookahead),
              StateField("attention.keys", _kv_shape(encoder, past)),
              StateField("attention.values", _kv_shape(encoder, past)),
-             StateField("conv", (config.num_hidden_layers, config.hidden_size, config.conv_kernel_size - 1)))
+             StateField("conv", (config.num_hidden_layers, config.conv_kernel_size - 1, config.hidden_size)))
     return StreamGeometry(lookahead=lookahead, chunk_frames=chunk, first_feature_frames=1 + factor * lookahead,
                           feature_frames=factor * chunk, past_frames=past,
                           visible_past_frames=min(past, (past // chunk) * chunk), frame_seconds=frame_seconds,
@@ -112,10 +113,18 @@ def _subsample(subsampling: CausalConvSubsampling, features: torch.Tensor, state
 
 
 def _convolve(conv: CausalConvolutionModule, x: torch.Tensor, tail: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x: [B, T, C]; tail: [B, C, kernel - 1] the depthwise input before the chunk -> (out [B, T, C], new tail)."""
-    y = torch.cat([tail, conv.glu(conv.pointwise_conv1(x)).transpose(1, 2)], dim=2)
-    new_tail = y[:, :, y.shape[2] - tail.shape[2]:]
-    y = conv.depthwise_conv(y).transpose(1, 2)
+    """x: [B, T, C]; tail: [B, kernel - 1, C] the depthwise input before the chunk -> (out [B, T, C], new tail).
+
+    The depthwise convolution of a chunk's few frames is a weighted sum over each frame's window, taken here
+    directly in the [B, T, C] layout: cuDNN's depthwise kernel over a short time axis and many rows is the slowest
+    part of a large step, and it needs the layout transposed both ways.
+    """
+    y = torch.cat([tail, conv.glu(conv.pointwise_conv1(x))], dim=1)  # [B, kernel - 1 + T, C]
+    new_tail = y[:, y.shape[1] - tail.shape[1]:]
+    depthwise = conv.depthwise_conv
+    y = (y.unfold(1, depthwise.weight.shape[2], 1) * depthwise.weight[:, 0]).sum(-1)  # [B, T, C]
+    if depthwise.bias is not None:
+        y = y + depthwise.bias
     return conv.pointwise_conv2(conv.activation(conv.norm(y))), new_tail
 
 
@@ -135,19 +144,21 @@ def stream_step(
     past = geometry.past_frames
     positions = relative_position_embeddings(x.shape[1], x.shape[2], device=x.device, dtype=x.dtype,
                                              num_keys=past + x.shape[1])
-    keys, values, tails = state["attention.keys"], state["attention.values"], state["conv"]
-    new_keys, new_values, new_tails = [], [], []
+    # Each layer's window: its past keys and values with room for the chunk's, which attention writes in place;
+    # the window's newest ``past`` frames are the state after the chunk (a view, copied once by the scatter).
+    chunk = x.shape[1]
+    keys, values = (torch.cat([state[name], state[name].new_empty(*state[name].shape[:3], chunk,
+                                                                 state[name].shape[4])], dim=3)
+                    for name in ("attention.keys", "attention.values"))
+    tails, new_tails = state["conv"], []
     for index, block in enumerate(encoder.layers):
         x, h = block.norm_self_att.add_forward(x, block.feed_forward1(block.norm_feed_forward1(x)), alpha=0.5)
-        attended, k, v = block.self_attn.attend_with_context(h, positions, keys[:, index], values[:, index],
-                                                             past_valid)
-        new_keys.append(k[:, :, k.shape[2] - past:])
-        new_values.append(v[:, :, v.shape[2] - past:])
+        attended = block.self_attn.attend_in_window(h, positions, keys[:, index], values[:, index], past_valid)
         x, h = block.norm_conv.add_forward(x, attended)
         convolved, tail = _convolve(block.conv, h, tails[:, index])
         new_tails.append(tail)
         x, h = block.norm_feed_forward2.add_forward(x, convolved)
         x = block.norm_out.add_forward(x, block.feed_forward2(h), alpha=0.5)[1]
-    new_state.update({"attention.keys": torch.stack(new_keys, 1), "attention.values": torch.stack(new_values, 1),
+    new_state.update({"attention.keys": keys[:, :, :, chunk:], "attention.values": values[:, :, :, chunk:],
                       "conv": torch.stack(new_tails, 1)})
     return x, new_state
