@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Which of OASR's modules one realtime turn and one ``oasr.transcribe`` call pass through, and how many
-option objects each builds on the way: the trace behind a refactor's claim of "fewer modules, no double
-wrapping". Runs on the CPU with the embedded tiny.en, the engine on a thread so one process sees every call.
+"""Which of OASR's modules one realtime turn and one ``oasr.transcribe`` call pass through, how many
+option objects each builds on the way, and which modules an option object is handed through (as an argument):
+the trace behind a refactor's claim of "fewer modules, no double wrapping". Runs on the CPU with the embedded tiny.en, the engine on a thread so one process sees every call.
 
     python scripts/trace_paths.py [--json]
 
@@ -35,6 +35,7 @@ class Recorder:
         self.functions: set[str] = set()
         self.options: Counter[str] = Counter()
         self.builders: Counter[str] = Counter()  # "Type <- module.function" that built each option object
+        self.carriers: set[str] = set()  # modules with a function called with an option object as an argument
 
     def profile(self, frame, event, arg):  # noqa: ANN001 - sys.setprofile's signature
         if not self.on or event != "call":
@@ -43,6 +44,11 @@ class Recorder:
         if module.startswith("oasr"):
             self.modules[module] += 1
             self.functions.add(f"{module}.{frame.f_code.co_qualname}")
+            # At a call event the frame's locals are its arguments: an option object among them was handed on.
+            if frame.f_code.co_name != "__init__" and any(
+                    type(value).__name__ in OPTION_TYPES and type(value).__module__.startswith("oasr")
+                    for value in frame.f_locals.values()):
+                self.carriers.add(module)
         if frame.f_code.co_name == "__init__":
             owner = frame.f_locals.get("self")
             name = type(owner).__name__ if owner is not None else ""
@@ -59,6 +65,7 @@ class Recorder:
         self.functions.clear()
         self.options.clear()
         self.builders.clear()
+        self.carriers.clear()
         self.on = True
         try:
             action()
@@ -66,7 +73,8 @@ class Recorder:
             self.on = False
         return {"modules": sorted(self.modules), "num_modules": len(self.modules),
                 "num_functions": len(self.functions), "functions": sorted(self.functions), "num_calls": sum(self.modules.values()),
-                "options_built": dict(self.options), "built_by": dict(self.builders)}
+                "options_built": dict(self.options), "built_by": dict(self.builders),
+                "option_carriers": sorted(self.carriers), "num_option_carriers": len(self.carriers)}
 
 
 def realtime_turn(url: str, pcm: bytes) -> str:
@@ -136,7 +144,9 @@ def main() -> None:
         return
     for name, result in results.items():
         print(f"{name}: {result['num_modules']} modules, {result['num_functions']} functions, "
-              f"{result['num_calls']} calls; options built {result['options_built']}")
+              f"{result['num_calls']} calls; options built {result['options_built']}, handed through "
+              f"{result['num_option_carriers']} modules")
+        print("  option carriers: " + " ".join(m.removeprefix("oasr.") for m in result["option_carriers"]))
         print("  modules: " + " ".join(m.removeprefix("oasr.") for m in result["modules"]))
         for builder, count in sorted(result["built_by"].items()):
             print(f"  {count} x {builder}")
