@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Which of OASR's modules one realtime turn and one ``oasr.transcribe`` call pass through, how many
 option objects each builds on the way, and which modules an option object is handed through (as an argument):
-the trace behind a refactor's claim of "fewer modules, no double wrapping". Runs on the CPU with the embedded tiny.en, the engine on a thread so one process sees every call.
+the trace behind a refactor's claim of "fewer modules, no double wrapping". Runs on the CPU with the embedded
+tiny.en, the engine on a thread so one process sees every call.
 
     python scripts/trace_paths.py [--json]
 
@@ -72,7 +73,8 @@ class Recorder:
         finally:
             self.on = False
         return {"modules": sorted(self.modules), "num_modules": len(self.modules),
-                "num_functions": len(self.functions), "functions": sorted(self.functions), "num_calls": sum(self.modules.values()),
+                "num_functions": len(self.functions), "functions": sorted(self.functions),
+                "num_calls": sum(self.modules.values()),
                 "options_built": dict(self.options), "built_by": dict(self.builders),
                 "option_carriers": sorted(self.carriers), "num_option_carriers": len(self.carriers)}
 
