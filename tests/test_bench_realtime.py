@@ -79,6 +79,8 @@ def test_each_turn_is_transcribed_as_the_offline_engine_transcribes_what_the_ser
     assert [(t["session"], t["turn"]) for t in transcripts] == [(s, 0) for s in range(NUM_SESSIONS)]
     assert all(t["clip"] == "jfk.flac" for t in transcripts)
     assert [t["transcript"] for t in transcripts] == [expected] * NUM_SESSIONS
+    assert all(t["audio_s"] == pytest.approx(len(load_audio(JFK)) / 16000, abs=0.01) for t in transcripts)
+    assert all(0 < t["completion_s"] < 300 for t in transcripts)
 
 
 def test_histogram_quantiles_interpolate_within_their_bucket():

@@ -223,8 +223,12 @@ def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord
     }
     out["clean"] = not errors and len(done) == len(turns) and (expected is None or len(done) == expected)
     if args.transcripts:
-        out["transcripts"] = [{"session": r.index, "turn": k, "clip": plan.utterances[t.utterance].name,
-                               "transcript": t.transcript} for r in records for k, t in enumerate(r.turns)]
+        out["transcripts"] = [
+            {"session": r.index, "turn": k, "clip": plan.utterances[t.utterance].name,
+             "audio_s": round(plan.utterances[t.utterance].audio_s, 3), "transcript": t.transcript,
+             "completion_s": None if t.completed_at is None or t.commit_at is None
+             else round(t.completed_at - t.commit_at, 4)}
+            for r in records for k, t in enumerate(r.turns)]
     return out
 
 
@@ -252,7 +256,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
-    p.add_argument("--transcripts", action="store_true", help="list every turn's transcript in the JSON")
+    p.add_argument("--transcripts", action="store_true", help="list every turn's clip, audio length, transcript and completion time in the JSON")
     p.add_argument("--json-out", type=Path, default=None)
     args = p.parse_args(argv)
     if args.sessions < 1 or args.chunk_ms < 1 or args.speed <= 0 or args.stagger_s < 0:
