@@ -1,0 +1,170 @@
+"""FunASR's model folders: ``config.yaml`` (the model class and its parts' ``*_conf``), ``model.pt`` (a torch state
+dict), ``am.mvn`` (Kaldi nnet text holding the CMVN shift and scale) and the token list (``tokens.json``, a JSON
+list, or ``tokens.txt``, one token a line), as FunASR's ``AutoModel(model=DIR)`` reads them.
+
+OASR's modules mirror FunASR's key names, so the state dict loads as stored: nothing is renamed, and keys no
+module takes (a CTC head that Paraformer's inference never runs) are reported as dropped. What OASR cannot serve
+is refused naming the config field: another model class, encoder, decoder or predictor (streaming Paraformer,
+SeACo, BiCif...).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from oasr.errors import CheckpointError
+from oasr.models import CONVERTERS
+from oasr.models.checkpoint import Checkpoint, ModelSource
+
+CONFIG_FILE = "config.yaml"
+WEIGHTS_FILE = "model.pt"
+CMVN_FILE = "am.mvn"
+TOKEN_FILES = ("tokens.json", "tokens.txt")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One FunASR model class OASR serves: its architecture and the part classes its config must name."""
+
+    architecture: str
+    parts: dict[str, tuple[str, ...]]  # config field -> the class names accepted there
+    vocab_key: str  # the weight whose rows are the vocabulary (checked against the token list)
+
+
+FAMILIES = {
+    "Paraformer": Family("paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
+                                        "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight"),
+    "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight"),
+}
+FRONTENDS = ("WavFrontend", "wav_frontend")
+
+
+@CONVERTERS.register("funasr")
+class FunasrConverter:
+    @staticmethod
+    def detect(source: ModelSource) -> bool:
+        return (source.archive is None and (source.directory / CONFIG_FILE).is_file()
+                and (source.directory / WEIGHTS_FILE).is_file())
+
+    @staticmethod
+    def load(source: ModelSource) -> Checkpoint:
+        config = read_config(source)
+        family = family_of(config, source)
+        tokens_file = token_file(source)
+        tokens = read_tokens(tokens_file, source)
+        frontend = dict(config.get("frontend_conf") or {})
+        cmvn = source.directory / CMVN_FILE
+        if cmvn.is_file():
+            frontend["cmvn_shift"], frontend["cmvn_scale"] = read_cmvn(cmvn, source)
+        vocab_size = int(config.get("vocab_size") or 0)
+        if vocab_size <= 0:
+            vocab_size = len(tokens)
+        if vocab_size != len(tokens):
+            raise CheckpointError(f"{source}: config.yaml says vocab_size {vocab_size} but {tokens_file.name} "
+                                  f"holds {len(tokens)} tokens")
+        state = read_weights(source)
+        rows = state[family.vocab_key].shape[0] if family.vocab_key in state else None
+        if rows is not None and rows != vocab_size:
+            raise CheckpointError(f"{source}: {WEIGHTS_FILE} scores {rows} tokens ({family.vocab_key}) but "
+                                  f"{tokens_file.name} holds {vocab_size}")
+        return Checkpoint(
+            architecture=family.architecture,
+            config={**config, "frontend_conf": frontend, "vocab_size": vocab_size},
+            state_dict=state,
+            tokenizer_file=tokens_file,
+            format="funasr",
+        )
+
+
+def read_config(source: ModelSource) -> dict[str, Any]:
+    path = source.directory / CONFIG_FILE
+    try:
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{source}: {CONFIG_FILE} is not valid YAML: {exc}") from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{source}: {CONFIG_FILE} is not a mapping")
+    return values
+
+
+def family_of(config: dict[str, Any], source: ModelSource) -> Family:
+    """The family ``config['model']`` names, its parts checked; anything else is refused by field."""
+    name = config.get("model")
+    family = FAMILIES.get(str(name))
+    if family is None:
+        raise CheckpointError(f"{source}: {CONFIG_FILE} field model is {name!r}; OASR serves FunASR's "
+                              f"{', '.join(FAMILIES)}")
+    for part, accepted in family.parts.items():
+        if config.get(part) not in accepted:
+            raise CheckpointError(f"{source}: {CONFIG_FILE} field {part} is {config.get(part)!r}; OASR's "
+                                  f"{family.architecture} serves {', '.join(accepted)}")
+    frontend = config.get("frontend", "WavFrontend")
+    if frontend not in FRONTENDS:
+        raise CheckpointError(f"{source}: {CONFIG_FILE} field frontend is {frontend!r}; OASR serves WavFrontend")
+    return family
+
+
+def token_file(source: ModelSource) -> Path:
+    for name in TOKEN_FILES:
+        if (source.directory / name).is_file():
+            return source.directory / name
+    raise CheckpointError(f"{source}: no token list ({' or '.join(TOKEN_FILES)}) beside {CONFIG_FILE}")
+
+
+def read_tokens(path: Path, source: ModelSource | str) -> list[str]:
+    """The token list, index = token id: a JSON list (tokens.json) or one token a line (tokens.txt)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{source}: cannot read {path.name}: {exc}") from None
+    if path.suffix == ".json":
+        try:
+            tokens = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CheckpointError(f"{source}: {path.name} is not valid JSON: {exc}") from None
+    else:
+        tokens = [line.split()[0] if line.split() else line for line in text.splitlines()]
+    if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
+        raise CheckpointError(f"{source}: {path.name} is not a non-empty list of token strings")
+    return tokens
+
+
+def read_cmvn(path: Path, source: ModelSource) -> tuple[list[float], list[float]]:
+    """am.mvn's shift and scale: the bracketed values on the line after ``<AddShift>`` and ``<Rescale>``."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: dict[str, list[float]] = {}
+    for index, line in enumerate(lines[:-1]):
+        head = line.split()[:1]
+        if head and head[0] in ("<AddShift>", "<Rescale>"):
+            values = lines[index + 1].split()
+            if values[:1] != ["<LearnRateCoef>"] or "[" not in values or values[-1] != "]":
+                raise CheckpointError(f"{source}: {CMVN_FILE}: no bracketed values after {head[0]}")
+            try:
+                found[head[0]] = [float(v) for v in values[values.index("[") + 1:-1]]
+            except ValueError as exc:
+                raise CheckpointError(f"{source}: {CMVN_FILE}: {exc}") from None
+    missing = [name for name in ("<AddShift>", "<Rescale>") if name not in found]
+    if missing:
+        raise CheckpointError(f"{source}: {CMVN_FILE} has no {' or '.join(missing)}")
+    return found["<AddShift>"], found["<Rescale>"]
+
+
+def read_weights(source: ModelSource) -> dict[str, torch.Tensor]:
+    path = source.directory / WEIGHTS_FILE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError) as exc:
+        raise CheckpointError(f"{source}: {WEIGHTS_FILE} is not a torch state dict: {exc}") from None
+    for wrapper in ("state_dict", "model_state_dict", "model"):  # the wrappers FunASR's loader unwraps
+        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
+            state = state[wrapper]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source}: {WEIGHTS_FILE} is not a state dict")
+    return {k.removeprefix("module."): v for k, v in state.items() if isinstance(v, torch.Tensor)}
