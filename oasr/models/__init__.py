@@ -22,6 +22,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "cohere_asr": "oasr.models.canary.model",
         "qwen3_asr": "oasr.models.qwen3_asr.model",
         "paraformer": "oasr.models.paraformer.model",
+        "sense_voice": "oasr.models.sense_voice.model",
     },
 )
 

@@ -26,7 +26,14 @@ import soundfile as sf
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from configs import PARAFORMER, write_am_mvn, write_tokens  # noqa: E402
+from configs import (  # noqa: E402
+    PARAFORMER,
+    SENSE_VOICE,
+    SENSE_VOICE_BPE,
+    write_am_mvn,
+    write_sense_voice_bpe,
+    write_tokens,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SPEECH = Path(os.environ.get("OASR_SPEECH_DATA") or REPO.parent / "shared" / "data" / "speech")
@@ -135,6 +142,66 @@ def token_timestamps(auto, audio: np.ndarray, tokens: list[str]) -> list[list[in
     return stamps
 
 
+# (language, ITN) pairs SenseVoice is run with: auto and forced languages, ITN on and off.
+SENSE_VOICE_RUNS = (("auto", False), ("auto", True), ("en", False), ("zh", True), ("ja", False))
+
+
+def build_sense_voice(out: Path, clips: dict[str, np.ndarray]) -> None:
+    from funasr import AutoModel
+    from funasr.models.sense_voice.model import SenseVoiceSmall
+
+    folder = out / "sense_voice"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = SENSE_VOICE
+    write_sense_voice_bpe(folder / SENSE_VOICE_BPE, seed=5)
+    import sentencepiece as spm
+    import yaml
+
+    vocab_size = spm.SentencePieceProcessor(model_file=str(folder / SENSE_VOICE_BPE)).get_piece_size()
+    write_am_mvn(folder / "am.mvn", config["frontend_conf"]["n_mels"] * config["frontend_conf"]["lfr_m"], seed=4)
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    # As SenseVoice-Small's folder: configuration.json names the files, the BPE model under its own name.
+    (folder / "configuration.json").write_text(json.dumps({
+        "framework": "pytorch", "task": "auto-speech-recognition", "model": {"type": "funasr"},
+        "file_path_metas": {"init_param": "model.pt", "config": "config.yaml",
+                            "tokenizer_conf": {"bpemodel": SENSE_VOICE_BPE}, "frontend_conf": {"cmvn_file": "am.mvn"}},
+    }, indent=1) + "\n")
+    model = SenseVoiceSmall(**{k: v for k, v in config.items() if k not in ("model", "frontend", "frontend_conf",
+                                                                           "tokenizer", "tokenizer_conf", "model_conf")},
+                            vocab_size=vocab_size, **config["model_conf"])
+    randomize(model, seed=13)
+    with torch.no_grad():  # tag rows apart from the rest, so that each query frame has a token of its own
+        model.embed.weight.mul_(4.0)
+    torch.save(model.state_dict(), folder / "model.pt")
+
+    auto = AutoModel(model=str(folder), device="cpu", disable_update=True, disable_pbar=True, log_level="ERROR")
+    golden = {"clips": list(clips), "runs": []}
+    for language, itn in SENSE_VOICE_RUNS:
+        run = {"language": language, "use_itn": itn, "token_ids": [], "texts": []}
+        for name, audio in clips.items():
+            result = auto.generate(input=audio, language=language, use_itn=itn, disable_pbar=True)[0]
+            run["texts"].append(result["text"])
+            run["token_ids"].append(sense_voice_ids(auto, audio, language, itn))
+        golden["runs"].append(run)
+    (out / "sense_voice.json").write_text(json.dumps(golden, ensure_ascii=False, indent=1) + "\n")
+    print("sense_voice:", [r["texts"] for r in golden["runs"]])
+
+
+def sense_voice_ids(auto, audio: np.ndarray, language: str, itn: bool) -> list[int]:
+    """The token ids SenseVoice's inference decodes into its text: the CTC head's best label per frame (the four
+    query frames included), repeats merged, blanks dropped, as ``SenseVoiceSmall.inference`` does."""
+    model, frontend = auto.model, auto.kwargs["frontend"]
+    feats, lengths = frontend(torch.from_numpy(audio)[None, :], torch.tensor([len(audio)]))
+    with torch.no_grad():
+        language_query = model.embed(torch.LongTensor([[model.lid_dict[language]]]))
+        style_query = model.embed(torch.LongTensor([[model.textnorm_dict["withitn" if itn else "woitn"]]]))
+        queries = torch.cat((language_query, model.embed(torch.LongTensor([[1, 2]])), style_query), dim=1)
+        encoder_out, encoder_lens = model.encoder(torch.cat((queries, feats), dim=1), lengths + 4)
+        labels = model.ctc.log_softmax(encoder_out)[0, : int(encoder_lens[0])].argmax(-1)
+    labels = torch.unique_consecutive(labels)
+    return [int(i) for i in labels[labels != model.blank_id]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -143,6 +210,7 @@ def main() -> None:
     torch.manual_seed(0)
     clips = read_clips()
     build_paraformer(args.out, clips)
+    build_sense_voice(args.out, clips)
 
 
 if __name__ == "__main__":

@@ -66,3 +66,44 @@ def write_am_mvn(path: Path, dim: int, seed: int) -> None:
         f"<Rescale> {dim} {dim}\n<LearnRateCoef> 0 [ {row(scale)} ]\n"
         "</Nnet>\n"
     )
+
+# SenseVoice-Small's layout at a tiny size: the SANM encoder (encoders0, encoders, after_norm) followed by the
+# "time-pooling" blocks (tp_encoders, tp_norm) and a CTC head; the four query embeddings (language, event,
+# emotion, ITN) are rows of ``embed``.
+SENSE_VOICE = {
+    "model": "SenseVoiceSmall",
+    "model_conf": {"length_normalized_loss": True, "sos": 1, "eos": 2, "ignore_id": -1},
+    "encoder": "SenseVoiceEncoderSmall",
+    "encoder_conf": {"output_size": 40, "attention_heads": 4, "linear_units": 64, "num_blocks": 3, "tp_blocks": 2,
+                     "dropout_rate": 0.1, "positional_dropout_rate": 0.1, "attention_dropout_rate": 0.1,
+                     "input_layer": "pe", "pos_enc_class": "SinusoidalPositionEncoder", "normalize_before": True,
+                     "kernel_size": 11, "sanm_shfit": 0, "selfattention_layer_type": "sanm"},
+    "input_size": 560,
+    "frontend": "WavFrontend",
+    "frontend_conf": FRONTEND,
+    "tokenizer": "SentencepiecesTokenizer",
+    "tokenizer_conf": {"bpemodel": None, "unk_symbol": "<unk>", "split_with_space": True},
+    "ctc_conf": {"dropout_rate": 0.0, "ctc_type": "builtin", "reduce": True, "ignore_nan_grad": True},
+}
+SENSE_VOICE_BPE = "chn_jpn_yue_eng_ko_spectok.bpe.model"  # the name SenseVoice-Small's folder ships it under
+# SenseVoice's tags, user-defined pieces of its SentencePiece model (written out as text when decoded).
+SENSE_VOICE_TAGS = ["<|zh|>", "<|en|>", "<|yue|>", "<|ja|>", "<|ko|>", "<|nospeech|>", "<|HAPPY|>", "<|SAD|>",
+                    "<|ANGRY|>", "<|NEUTRAL|>", "<|EMO_UNKNOWN|>", "<|Speech|>", "<|BGM|>", "<|Laughter|>",
+                    "<|Applause|>", "<|Event_UNK|>", "<|withitn|>", "<|woitn|>"]
+
+
+def write_sense_voice_bpe(path: Path, seed: int) -> None:
+    """A small BPE SentencePiece model with SenseVoice's tags as user-defined pieces, trained on words."""
+    import io
+
+    import sentencepiece as spm
+
+    rng = np.random.default_rng(seed)
+    words = ["the", "and", "speech", "voice", "hello", "world", "sense", "model", "listen", "again", "three",
+             "seven", "north", "wind", "sun", "你好", "世界", "语音", "识别", "今天", "天气", "很好", "我们", "中国"]
+    lines = [" ".join(rng.choice(words, size=8)) for _ in range(400)]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=90,
+                                   model_type="bpe", character_coverage=1.0, user_defined_symbols=SENSE_VOICE_TAGS,
+                                   minloglevel=2)
+    path.write_bytes(model.getvalue())

@@ -36,12 +36,13 @@ class Family:
     architecture: str
     parts: dict[str, tuple[str, ...]]  # config field -> the class names accepted there
     vocab_key: str  # the weight whose rows are the vocabulary (checked against the token list)
+    vocabulary: str = "tokens"  # "tokens": a token list file; "bpe": a SentencePiece model
 
 
 FAMILIES = {
     "Paraformer": Family("paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
                                         "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight"),
-    "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight"),
+    "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight", "bpe"),
 }
 FRONTENDS = ("WavFrontend", "wav_frontend")
 
@@ -57,18 +58,20 @@ class FunasrConverter:
     def load(source: ModelSource) -> Checkpoint:
         config = read_config(source)
         family = family_of(config, source)
-        tokens_file = token_file(source)
-        tokens = read_tokens(tokens_file, source)
+        if family.vocabulary == "bpe":
+            tokens_file = bpe_file(config, source)
+            vocab_size = bpe_size(tokens_file, source)
+        else:
+            tokens_file = token_file(source)
+            vocab_size = len(read_tokens(tokens_file, source))
+        stated = int(config.get("vocab_size") or 0)
+        if stated > 0 and stated != vocab_size:
+            raise CheckpointError(f"{source}: config.yaml says vocab_size {stated} but {tokens_file.name} "
+                                  f"holds {vocab_size} tokens")
         frontend = dict(config.get("frontend_conf") or {})
         cmvn = source.directory / CMVN_FILE
         if cmvn.is_file():
             frontend["cmvn_shift"], frontend["cmvn_scale"] = read_cmvn(cmvn, source)
-        vocab_size = int(config.get("vocab_size") or 0)
-        if vocab_size <= 0:
-            vocab_size = len(tokens)
-        if vocab_size != len(tokens):
-            raise CheckpointError(f"{source}: config.yaml says vocab_size {vocab_size} but {tokens_file.name} "
-                                  f"holds {len(tokens)} tokens")
         state = read_weights(source)
         rows = state[family.vocab_key].shape[0] if family.vocab_key in state else None
         if rows is not None and rows != vocab_size:
@@ -116,6 +119,39 @@ def token_file(source: ModelSource) -> Path:
         if (source.directory / name).is_file():
             return source.directory / name
     raise CheckpointError(f"{source}: no token list ({' or '.join(TOKEN_FILES)}) beside {CONFIG_FILE}")
+
+
+def bpe_file(config: dict[str, Any], source: ModelSource) -> Path:
+    """The SentencePiece model: as ``configuration.json`` names it (SenseVoice-Small's folder), else as
+    ``tokenizer_conf.bpemodel`` does, else ``bpe.model`` or the one ``*.bpe.model`` beside the config."""
+    names = []
+    metas = source.directory / "configuration.json"
+    if metas.is_file():
+        try:
+            names.append(json.loads(metas.read_text(encoding="utf-8"))["file_path_metas"]["tokenizer_conf"]["bpemodel"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass
+    names.append((config.get("tokenizer_conf") or {}).get("bpemodel"))
+    names.append("bpe.model")
+    for name in names:
+        if isinstance(name, str) and (source.directory / Path(name).name).is_file():
+            return source.directory / Path(name).name
+    found = sorted(source.directory.glob("*.bpe.model"))
+    if len(found) == 1:
+        return found[0]
+    raise CheckpointError(f"{source}: no SentencePiece model (configuration.json's tokenizer_conf.bpemodel, "
+                          "bpe.model or one *.bpe.model) beside config.yaml")
+
+
+def bpe_size(path: Path, source: ModelSource) -> int:
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.Load(str(path))
+    except (OSError, RuntimeError) as exc:
+        raise CheckpointError(f"{source}: {path.name} is not a SentencePiece model: {exc}") from None
+    return processor.GetPieceSize()
 
 
 def read_tokens(path: Path, source: ModelSource | str) -> list[str]:

@@ -14,7 +14,7 @@ from torch import nn
 
 from oasr.layers import Conv1d, LayerNorm, Linear
 
-NORM_EPS = 1e-12  # FunASR's LayerNorm
+NORM_EPS = 1e-12  # FunASR's LayerNorm (SenseVoice's own layers keep torch's 1e-5)
 
 
 def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
@@ -77,12 +77,13 @@ class SANMEncoderLayer(nn.Module):
     """``EncoderLayerSANM`` (pre-norm): the attention's residual is kept only where input and output widths
     agree (the first layer reads the wider LFR frames and has none)."""
 
-    def __init__(self, in_size: int, size: int, heads: int, units: int, kernel_size: int, shift: int) -> None:
+    def __init__(self, in_size: int, size: int, heads: int, units: int, kernel_size: int, shift: int,
+                 norm_eps: float = NORM_EPS) -> None:
         super().__init__()
         self.self_attn = SANMAttention(heads, in_size, size, kernel_size, shift)
         self.feed_forward = FeedForward(size, units)
-        self.norm1 = LayerNorm(in_size, eps=NORM_EPS)
-        self.norm2 = LayerNorm(size, eps=NORM_EPS)
+        self.norm1 = LayerNorm(in_size, eps=norm_eps)
+        self.norm2 = LayerNorm(size, eps=norm_eps)
         self.residual = in_size == size
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -96,13 +97,14 @@ class SANMEncoder(nn.Module):
     ``encoders0`` (one layer from the input width), ``encoders`` and ``after_norm``."""
 
     def __init__(self, input_size: int, output_size: int, heads: int, units: int, num_blocks: int,
-                 kernel_size: int, shift: int) -> None:
+                 kernel_size: int, shift: int, norm_eps: float = NORM_EPS) -> None:
         super().__init__()
         self.output_size = output_size
-        self.encoders0 = nn.ModuleList([SANMEncoderLayer(input_size, output_size, heads, units, kernel_size, shift)])
-        self.encoders = nn.ModuleList(
-            SANMEncoderLayer(output_size, output_size, heads, units, kernel_size, shift) for _ in range(num_blocks - 1))
-        self.after_norm = LayerNorm(output_size, eps=NORM_EPS)
+        self.encoders0 = nn.ModuleList(
+            [SANMEncoderLayer(input_size, output_size, heads, units, kernel_size, shift, norm_eps)])
+        self.encoders = nn.ModuleList(SANMEncoderLayer(output_size, output_size, heads, units, kernel_size, shift,
+                                                       norm_eps) for _ in range(num_blocks - 1))
+        self.after_norm = LayerNorm(output_size, eps=norm_eps)
 
     def embed(self, features: torch.Tensor) -> torch.Tensor:
         """features: [B, T, input_size] -> the first layer's input: scaled, positions added."""
