@@ -21,6 +21,7 @@ from tests.speech_data import audio_path, require_speech_data
 DATA = Path(__file__).parent / "data" / "funasr"
 MODEL = DATA / "sense_voice"
 TAG = re.compile(r"<\|[^|]*\|>")
+LANGUAGE_TAG = re.compile(r"<\|(zh|en|yue|ja|ko)\|>")
 
 
 def golden() -> dict:
@@ -47,6 +48,10 @@ def test_sense_voice_gives_funasrs_tokens_for_each_language_and_itn(index: int, 
     assert [row["token_ids"] for row in rows] == run["token_ids"]
     # FunASR's text writes the tags (<|en|>, <|NEUTRAL|>, <|woitn|> ...); OASR's text is the rest of it.
     assert [row["text"] for row in rows] == [TAG.sub("", text).strip() for text in run["texts"]]
+    # A forced language is reported as asked; auto reports the first language tag the model wrote.
+    found = [LANGUAGE_TAG.search(text) for text in run["texts"]]
+    expected = [m.group(1) if m else None for m in found] if run["language"] == "auto" else [run["language"]] * 3
+    assert [row["language"] for row in rows] == expected
 
 
 def test_runs_differ_so_the_queries_are_read() -> None:

@@ -118,9 +118,10 @@ class FrameSyncRunner:
     def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
         return self.prompt_len
 
-    @staticmethod
-    def output_language(language: str | None, token_ids: Sequence[int]) -> str | None:
-        return language  # these families are told the language, or report none
+    def output_language(self, language: str | None, token_ids: Sequence[int]) -> str | None:
+        """The language a finished request is reported in: the one asked for, unless the model writes the one it
+        found in its output (SenseVoice's language tag)."""
+        return self.model.output_language(language, token_ids)
 
     def cross_positions(self, num_samples: int) -> int:
         return 0

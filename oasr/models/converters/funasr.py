@@ -58,9 +58,10 @@ class FunasrConverter:
     def load(source: ModelSource) -> Checkpoint:
         config = read_config(source)
         family = family_of(config, source)
+        tags: dict[str, int] = {}
         if family.vocabulary == "bpe":
             tokens_file = bpe_file(config, source)
-            vocab_size = bpe_size(tokens_file, source)
+            vocab_size, tags = bpe_vocabulary(tokens_file, source)
         else:
             tokens_file = token_file(source)
             vocab_size = len(read_tokens(tokens_file, source))
@@ -79,7 +80,7 @@ class FunasrConverter:
                                   f"{tokens_file.name} holds {vocab_size}")
         return Checkpoint(
             architecture=family.architecture,
-            config={**config, "frontend_conf": frontend, "vocab_size": vocab_size},
+            config={**config, "frontend_conf": frontend, "vocab_size": vocab_size, "tag_token_ids": tags},
             state_dict=state,
             tokenizer_file=tokens_file,
             format="funasr",
@@ -143,7 +144,9 @@ def bpe_file(config: dict[str, Any], source: ModelSource) -> Path:
                           "bpe.model or one *.bpe.model) beside config.yaml")
 
 
-def bpe_size(path: Path, source: ModelSource) -> int:
+def bpe_vocabulary(path: Path, source: ModelSource) -> tuple[int, dict[str, int]]:
+    """The SentencePiece model's size and the ids of its ``<|...|>`` tag pieces (SenseVoice's languages,
+    emotions, events and ITN marks), by piece."""
     import sentencepiece
 
     processor = sentencepiece.SentencePieceProcessor()
@@ -151,7 +154,9 @@ def bpe_size(path: Path, source: ModelSource) -> int:
         processor.Load(str(path))
     except (OSError, RuntimeError) as exc:
         raise CheckpointError(f"{source}: {path.name} is not a SentencePiece model: {exc}") from None
-    return processor.GetPieceSize()
+    size = processor.GetPieceSize()
+    pieces = (processor.IdToPiece(i) for i in range(size))
+    return size, {piece: i for i, piece in enumerate(pieces) if piece.startswith("<|") and piece.endswith("|>")}
 
 
 def read_tokens(path: Path, source: ModelSource | str) -> list[str]:

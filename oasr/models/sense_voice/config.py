@@ -31,6 +31,9 @@ class SenseVoiceConfig:
     encoder: SenseVoiceEncoderConfig = field(default_factory=SenseVoiceEncoderConfig)
     frontend: FunasrFbankConfig = field(default_factory=FunasrFbankConfig)
     blank_id: int = 0
+    # The ids of the tag pieces of its SentencePiece model (``<|en|>``, ``<|HAPPY|>``, ``<|Speech|>`` ...), read
+    # by the converter: how a language the model found is reported.
+    tag_token_ids: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.encoder.input_size != self.frontend.feature_size:
@@ -44,11 +47,13 @@ class SenseVoiceConfig:
         return cls(vocab_size=int(values["vocab_size"]),
                    encoder=SenseVoiceEncoderConfig(**known_fields(SenseVoiceEncoderConfig, encoder)),
                    frontend=FunasrFbankConfig.from_dict(values.get("frontend_conf") or {}),
-                   blank_id=int(model.get("blank_id", 0)))
+                   blank_id=int(model.get("blank_id", 0)),
+                   tag_token_ids={str(k): int(v) for k, v in (values.get("tag_token_ids") or {}).items()})
 
     def to_dict(self) -> dict[str, Any]:
         frontend = self.frontend
         return {"vocab_size": self.vocab_size, "input_size": self.encoder.input_size,
+                "tag_token_ids": dict(self.tag_token_ids),
                 "encoder_conf": dataclasses.asdict(self.encoder), "model_conf": {"blank_id": self.blank_id},
                 "frontend_conf": {"fs": frontend.sample_rate, "n_mels": frontend.num_mel_bins,
                                   "frame_length": frontend.frame_length_ms, "frame_shift": frontend.frame_shift_ms,

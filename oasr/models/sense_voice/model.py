@@ -108,6 +108,12 @@ class SenseVoiceSmall(FrameSyncModel):
                                          f"(it serves {', '.join(LANGUAGE_ROWS)})")
         return LANGUAGE_ROWS[language] * 2 + int(bool(options.punctuation))
 
+    def output_language(self, language: str | None, token_ids) -> str | None:
+        """The first language tag the model wrote (``<|en|>`` -> "en"), else the language asked for."""
+        languages = {self.config.tag_token_ids[f"<|{code}|>"]: code for code in LANGUAGE_ROWS
+                     if code not in ("auto", "nospeech") and f"<|{code}|>" in self.config.tag_token_ids}
+        return next((languages[t] for t in token_ids if t in languages), language)
+
     def queries(self, prompt_ids: torch.Tensor | None, batch: int, device: torch.device) -> torch.Tensor:
         """prompt_ids: int64 [B] (None: auto language, ITN on) -> the four query embeddings [B, 4, input_size]."""
         if prompt_ids is None:
