@@ -71,9 +71,9 @@ class CTCHead(nn.Module):
 class SenseVoiceSmall(FrameSyncModel):
     config_class = SenseVoiceConfig
     feature_extractor = "funasr_fbank"
-    tokenizer = "sentencepiece"
+    tokenizer = "sense_voice_bpe"
     capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("ctc_greedy", "ctc_prefix_beam"),
-                                     options=frozenset({"language", "punctuation"}))
+                                     options=frozenset({"language", "punctuation"}), audio_tags=True)
     tied_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: SenseVoiceConfig) -> None:
