@@ -112,3 +112,19 @@ def test_a_folder_oasr_cannot_serve_is_refused_naming_the_field(edit, message, t
     edit(folder)
     assert main(["transcribe", clip_paths()[0], "--model", str(folder), "--device", "cpu", "--quiet"]) != 0
     assert message in capsys.readouterr().err
+
+
+def test_inputs_too_short_for_a_frame_give_no_tokens_and_no_error(tmp_path: Path, capsys) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    paths = []
+    for name, samples in (("10ms", 160), ("silence", 16_000)):
+        audio = np.random.default_rng(0).normal(0, 0.1, samples) if name == "10ms" else np.zeros(samples)
+        sf.write(tmp_path / f"{name}.wav", audio.astype(np.float32), 16_000)
+        paths.append(str(tmp_path / f"{name}.wav"))
+    for batch in ([paths[0]], paths):  # a batch with no frames at all, and one with a longer row
+        assert main(["transcribe", *batch, "--model", str(MODEL), "--device", "cpu", "--output-format", "jsonl",
+                     "--quiet", "--word-timestamps"]) == 0
+        rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+        assert rows[0]["token_ids"] == [] and rows[0]["error"] is None

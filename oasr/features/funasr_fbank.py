@@ -169,7 +169,9 @@ class FunasrFbank:
         fbank_lengths = self.fbank_lengths(num_samples)
         fbank = self.fbank(waveforms, int(fbank_lengths.max()) if len(fbank_lengths) else 0)
         lengths = self.frame_lengths(num_samples)
-        stacked = self.stack(fbank, fbank_lengths, int(lengths.max()) if len(lengths) else 0)
+        # At least one (zero) frame wide: a batch of inputs all under 25 ms has no frames, and the encoder's
+        # convolutions need one to run on; the rows' lengths stay 0 and the models drop them.
+        stacked = self.stack(fbank, fbank_lengths, max(int(lengths.max()), 1) if len(lengths) else 0)
         cmvn = self._constants.on(waveforms.device)["cmvn"]
         features = (stacked + cmvn[0]) * cmvn[1]
         inside = torch.arange(features.shape[1], device=features.device)[None, :] < lengths[:, None]

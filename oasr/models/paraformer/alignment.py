@@ -21,6 +21,8 @@ from oasr.types import Word
 
 def real_frames(features: torch.Tensor) -> torch.Tensor:
     """features: [B, T, D], zero past each row's frames (the FunASR frontend pads so) -> frames [B]."""
+    if features.shape[1] == 0:  # every row under 25 ms: no frames at all
+        return torch.zeros(features.shape[0], dtype=torch.long, device=features.device)
     nonzero = features.abs().amax(dim=2) > 0  # [B, T]
     positions = torch.arange(1, features.shape[1] + 1, device=features.device)
     return (nonzero * positions).amax(dim=1)
