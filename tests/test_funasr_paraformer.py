@@ -101,6 +101,8 @@ def _copy(tmp_path: Path) -> Path:
         "model: Paraformer", "model: ParaformerStreaming")), "field model is 'ParaformerStreaming'"),
     (lambda d: (d / "config.yaml").write_text((d / "config.yaml").read_text().replace(
         "predictor: CifPredictorV2", "predictor: CifPredictorV3")), "field predictor is 'CifPredictorV3'"),
+    (lambda d: (d / "config.yaml").write_text((d / "config.yaml").read_text().replace(
+        "input_layer: pe", "input_layer: conv2d")), "field encoder_conf.input_layer is 'conv2d'; OASR serves 'pe'"),
     (lambda d: (d / "tokens.json").unlink(), "no token list"),
     (lambda d: (d / "tokens.json").write_text('["<blank>", "<s>"]'), "tokens.json holds 2"),
     (lambda d: (d / "am.mvn").write_text("<Nnet>\n<AddShift> 560 560\n<LearnRateCoef> 0 [ 1 2 ]\n</Nnet>\n"),

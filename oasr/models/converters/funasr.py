@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from oasr.errors import CheckpointError
+from oasr.features.funasr_fbank import WINDOWS
 from oasr.models import CONVERTERS
 from oasr.models.checkpoint import Checkpoint, ModelSource
 
@@ -37,14 +38,38 @@ class Family:
     parts: dict[str, tuple[str, ...]]  # config field -> the class names accepted there
     vocab_key: str  # the weight whose rows are the vocabulary (checked against the token list)
     vocabulary: str = "tokens"  # "tokens": a token list file; "bpe": a SentencePiece model
+    required: dict[str, Any] = field(default_factory=dict)  # "section.field" -> the value OASR's modules serve
 
+
+FRONTENDS = ("WavFrontend", "wav_frontend")
+# Config values OASR's modules are built for (FunASR's defaults for these families): another value is refused,
+# naming the field. A field the config leaves out takes FunASR's default, which is the value here.
+FRONTEND_VALUES: dict[str, Any] = {
+    "frontend_conf.snip_edges": True,
+    "frontend_conf.upsacle_samples": True,  # FunASR's spelling: samples scaled to 16-bit range
+}
+SANM_VALUES: dict[str, Any] = {
+    "encoder_conf.selfattention_layer_type": "sanm",
+    "encoder_conf.positionwise_layer_type": "linear",
+    "encoder_conf.normalize_before": True,
+    "encoder_conf.concat_after": False,
+}
+# SenseVoice's encoder reads none of these: its layers are always pre-norm SANM over sinusoid positions.
+PARAFORMER_VALUES: dict[str, Any] = {
+    **FRONTEND_VALUES, **SANM_VALUES,
+    "encoder_conf.input_layer": "pe",
+    "decoder_conf.input_layer": "embed",
+    "decoder_conf.normalize_before": True,
+    "decoder_conf.concat_after": False,
+}
 
 FAMILIES = {
     "Paraformer": Family("paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
-                                        "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight"),
-    "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight", "bpe"),
+                                        "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight",
+                         required=PARAFORMER_VALUES),
+    "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight", "bpe",
+                              required=FRONTEND_VALUES),
 }
-FRONTENDS = ("WavFrontend", "wav_frontend")
 
 
 @CONVERTERS.register("funasr")
@@ -112,6 +137,15 @@ def family_of(config: dict[str, Any], source: ModelSource) -> Family:
     frontend = config.get("frontend", "WavFrontend")
     if frontend not in FRONTENDS:
         raise CheckpointError(f"{source}: {CONFIG_FILE} field frontend is {frontend!r}; OASR serves WavFrontend")
+    window = (config.get("frontend_conf") or {}).get("window", "hamming")
+    if window not in WINDOWS:
+        raise CheckpointError(f"{source}: {CONFIG_FILE} field frontend_conf.window is {window!r}; OASR serves "
+                              f"{', '.join(WINDOWS)}")
+    for path, required in family.required.items():
+        section, name = path.split(".")
+        value = (config.get(section) or {}).get(name, required)
+        if value != required:
+            raise CheckpointError(f"{source}: {CONFIG_FILE} field {path} is {value!r}; OASR serves {required!r}")
     return family
 
 

@@ -23,11 +23,12 @@ def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
 
 
 def sinusoid(num_frames: int, depth: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """FunASR's ``SinusoidalPositionEncoder`` at positions 1..num_frames: [num_frames, depth], sines then
-    cosines, the timescales spaced over depth / 2 - 1 steps (computed in ``dtype``, as FunASR does)."""
-    positions = torch.arange(1, num_frames + 1, device=device).to(dtype)
-    increment = torch.log(torch.tensor([10000.0], dtype=dtype, device=device)) / (depth / 2 - 1)
-    timescales = torch.exp(torch.arange(depth / 2, device=device).to(dtype) * -increment)
+    """FunASR's ``SinusoidalPositionEncoder`` at positions 1..num_frames: [num_frames, depth] in ``dtype``, sines
+    then cosines, the timescales spaced over depth / 2 - 1 steps. Computed in float32 as FunASR computes it for a
+    float32 model; FunASR computes it in the model's dtype, which in float16 cannot count past 2048 positions."""
+    positions = torch.arange(1, num_frames + 1, device=device).float()
+    increment = torch.log(torch.tensor([10000.0], device=device)) / (depth / 2 - 1)
+    timescales = torch.exp(torch.arange(depth / 2, device=device).float() * -increment)
     scaled = positions[:, None] * timescales[None, :]
     return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1).to(dtype)
 
