@@ -202,6 +202,33 @@ def sense_voice_ids(auto, audio: np.ndarray, language: str, itn: bool) -> list[i
     return [int(i) for i in labels[labels != model.blank_id]]
 
 
+# Token lists that walk FunASR's text rules (postprocess_utils.sentence_postprocess): Chinese only, English
+# words and @@ pieces, single-letter runs (abbreviations), mixed, and tokens it drops or keeps untimed.
+TEXT_CASES = (
+    ["欢", "迎", "大", "家"],
+    ["he@@", "llo", "world", "th@@", "ing", "s"],
+    ["a", "b", "c", "is", "x", "y"],
+    ["我", "在", "th@@", "e", "a", "b", "国", "1", "2", "o@@", "k"],
+    ["<s>", "the", "<unk>", "中", "a", "</s>", "b", "c", "国"],
+    ["中", "it's", "ok", "-", "国"],
+    ["x", "中", "y", "z"],
+)
+
+
+def build_text_rules(out: Path) -> None:
+    """FunASR's words and text for each case, with and without per-token times (100 ms per token)."""
+    from funasr.utils.postprocess_utils import sentence_postprocess
+
+    cases = []
+    for tokens in TEXT_CASES:
+        text, words = sentence_postprocess(list(tokens))
+        spans = [[100 * i, 100 * (i + 1)] for i in range(len(tokens))]
+        timed_text, timed_spans, timed_words = sentence_postprocess(list(tokens), [list(s) for s in spans])
+        cases.append({"tokens": list(tokens), "text": text, "words": words, "spans": spans,
+                      "timed_text": timed_text, "timed_words": timed_words, "timed_spans": timed_spans})
+    (out / "text_rules.json").write_text(json.dumps(cases, ensure_ascii=False, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -211,6 +238,7 @@ def main() -> None:
     clips = read_clips()
     build_paraformer(args.out, clips)
     build_sense_voice(args.out, clips)
+    build_text_rules(args.out)
 
 
 if __name__ == "__main__":
