@@ -108,7 +108,7 @@ def test_a_runner_refuses_a_model_that_lacks_its_protocol_when_built() -> None:
 
     with pytest.raises(ContractError, match="lacks decode_hidden, decoder_spec, logits, prompt_builder"):
         AutoregressiveRunner(_loaded(EncoderOnly()), EngineConfig())
-    with pytest.raises(ContractError, match="FrameSynchronousModel requires: it lacks fuse_prompt, prompt_id"):
+    with pytest.raises(ContractError, match="FrameSynchronousModel requires: it lacks encode_prompted, fuse_prompt, output_language, prompt_id"):
         FrameSyncRunner(_loaded(EncoderOnly()), EngineConfig())
 
 

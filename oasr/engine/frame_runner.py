@@ -104,10 +104,12 @@ class FrameSyncRunner:
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
         # Only CUDA runs asynchronously; elsewhere a launch computes everything before it returns.
         self.overlaps_steps = self.device.type == "cuda"
-        self._encoder = self.model.encode
+        # Prompts may condition the encoder's input (SenseVoice), so the runner encodes through the model's
+        # encode_prompted (FrameSyncModel's default: encode, then fuse_prompt on its frames).
+        self._encoder = self.model.encode_prompted
         if config.runner.compile_encoder and self.device.type == "cuda":
             # Rows and frames vary from batch to batch: one graph with symbolic shapes, not one per shape.
-            self._encoder = torch.compile(self.model.encode, dynamic=True)
+            self._encoder = torch.compile(self.model.encode_prompted, dynamic=True)
 
     def check(self, options: DecodeOptions) -> None:
         check_options(self.capabilities, options, f"{self.loaded.name} ({self.loaded.architecture})")
@@ -116,9 +118,10 @@ class FrameSyncRunner:
     def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
         return self.prompt_len
 
-    @staticmethod
-    def output_language(language: str | None, token_ids: Sequence[int]) -> str | None:
-        return language  # these families are told the language, or report none
+    def output_language(self, language: str | None, token_ids: Sequence[int]) -> str | None:
+        """The language a finished request is reported in: the one asked for, unless the model writes the one it
+        found in its output (SenseVoice's language tag)."""
+        return self.model.output_language(language, token_ids)
 
     def cross_positions(self, num_samples: int) -> int:
         return 0
@@ -141,8 +144,7 @@ class FrameSyncRunner:
         features, _ = self.loaded.features(audio, device=self.device)
         # The same frame counts, known on the host: the encoder plans its layout without reading the device.
         lengths = self.loaded.features.frame_lengths(torch.tensor([len(a) for a in audio]))
-        encoded = self._encoder(features.to(self.loaded.dtype), lengths)
-        encoded = EncoderOutput(self.model.fuse_prompt(encoded.hidden, self._prompt_ids(batch)), encoded.lengths)
+        encoded = self._encoder(features.to(self.loaded.dtype), lengths, self._prompt_ids(batch))
         tokens = self._launch_strategies(batch, encoded)
         self.phase_seconds["encode"] += time.perf_counter() - start
         return LaunchedStep(rows, tokens, self)

@@ -21,6 +21,8 @@ ARCHITECTURES: Registry[type] = Registry(
         "canary": "oasr.models.canary.model",
         "cohere_asr": "oasr.models.canary.model",
         "qwen3_asr": "oasr.models.qwen3_asr.model",
+        "paraformer": "oasr.models.paraformer.model",
+        "sense_voice": "oasr.models.sense_voice.model",
     },
 )
 
@@ -38,6 +40,7 @@ CONVERTERS: Registry[type] = Registry(
         "huggingface": "oasr.models.converters.huggingface",
         "ctranslate2": "oasr.models.converters.ctranslate2",
         "nemo": "oasr.models.converters.nemo",
+        "funasr": "oasr.models.converters.funasr",
     },
 )
 

@@ -37,5 +37,6 @@ class WordAligner(Protocol):
         spans' segments, and where speech ends after the window."""
 
 
-WORD_ALIGNERS: Registry[type] = Registry("word aligner", lazy={"whisper": "oasr.models.whisper.alignment"},
+WORD_ALIGNERS: Registry[type] = Registry("word aligner", lazy={"whisper": "oasr.models.whisper.alignment",
+                                                                 "cif": "oasr.models.paraformer.alignment"},
                                          contract=WordAligner)

@@ -55,6 +55,10 @@ class ModelCapabilities:
     # ``oasr.transcription.sequential``) needs timestamp tokens and features of the whole input.
     long_form: tuple[str, ...] = ("parallel",)
     streaming: str | None = None  # a streaming-runtime name, or None for offline models
+    # The model writes tags of what it heard beside the text (SenseVoice: emotion, audio event), which its
+    # tokenizer reads from a finished request's tokens (``audio_tags(token_ids) -> {kind: tag}``); the server
+    # reports them as fields of verbose_json.
+    audio_tags: bool = False
     # The longest audio one request holds, in seconds; None: the feature extractor's window (Whisper's 30 s).
     window_seconds: float | None = None
     # Which norms feed which GEMMs (module paths, ``*`` for a layer index), for SmoothQuant; empty: the model's

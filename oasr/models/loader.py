@@ -24,7 +24,7 @@ from oasr.tokenizers import TOKENIZERS
 log = logging.getLogger(__name__)
 
 # Formats are tried in this order: the first whose ``detect`` accepts the directory loads it.
-_DETECTION_ORDER = ("nemo", "native", "huggingface", "ctranslate2")
+_DETECTION_ORDER = ("nemo", "native", "huggingface", "ctranslate2", "funasr")
 
 
 @dataclass

@@ -174,6 +174,10 @@ class VerboseTranscriptionResponse(BaseModel):
     segments: list[VerboseSegment] | None = None
     words: list[VerboseWord] | None = None
     usage: Usage | None = None
+    # What a model that tags its output heard beside the words (SenseVoice: "NEUTRAL", "Speech"); left out
+    # for models that write no such tags.
+    emotion: str | None = None
+    event: str | None = None
 
 
 class TextDeltaEvent(BaseModel):

@@ -477,8 +477,9 @@ class OpenAIServingTranscription:
                 segments=None if only_words else verbose_segments(self.tokenizer, result.windows, job.options),
                 words=verbose_words(result.windows) if job.word_timestamps else None,
                 usage=usage,
+                **(self.tokenizer.audio_tags(transcription.token_ids) if self.engine.capabilities.audio_tags else {}),
             )
-            return JSONResponse(body.model_dump(exclude={k for k in ("segments", "words", "usage")
+            return JSONResponse(body.model_dump(exclude={k for k in ("segments", "words", "usage", "emotion", "event")
                                                          if getattr(body, k) is None}))
         return JSONResponse(TranscriptionResponse(text=transcription.text, usage=usage).model_dump(exclude_none=True))
 

@@ -12,6 +12,8 @@ TOKENIZERS: Registry[type] = Registry(
         "hf_json": "oasr.tokenizers.hf_json",
         "qwen3_asr_json": "oasr.tokenizers.qwen3_asr",
         "sentencepiece": "oasr.tokenizers.sentencepiece",
+        "funasr_tokens": "oasr.tokenizers.funasr_tokens",
+        "sense_voice_bpe": "oasr.tokenizers.sense_voice",
     },
 )
 

@@ -1,0 +1,1 @@
+"""Paraformer (FunASR): SANM encoder, CIF predictor, non-autoregressive SANM decoder."""
