@@ -91,7 +91,7 @@ def test_canary_prompt_is_the_one_nemo_builds() -> None:
         assert list(prompter.prompt_ids(options)) == expected["prompt_ids"]
 
 
-@pytest.mark.xfail(strict=True, reason="open: OASR's --stream decodes the zero-padded last chunk's frames past the audio; NeMo's "
+@pytest.mark.xfail(strict=True, reason="open: OASR's --stream decodes the zero-padded last chunk's 2 frames past the audio; NeMo's "
                    "buffer decodes only the real frames (the offline tokens match); see docs/nemo.md")
 def test_streaming_archive_streams_nemos_cache_aware_tokens(capsys) -> None:
     rows = transcribe(str(DATA / "streaming.nemo"), capsys, "--stream")
