@@ -49,6 +49,13 @@ def test_archive_gives_nemos_greedy_tokens_and_text(name: str, capsys) -> None:
     assert [row["text"] for row in rows] == [t.strip() for t in expected["texts"]]
 
 
+def test_the_rnnt_golden_is_varied_enough_that_a_wrong_token_shows() -> None:
+    # The archive was trained briefly on the clips (scripts/nemo_oracle/fit.py): a random prediction network and
+    # joint repeat one token whatever the audio, which a decoder that ignored the encoder would also give.
+    tokens = golden("rnnt")["tokens"]
+    assert len({tuple(t) for t in tokens}) == len(tokens) and all(len(set(t)) >= 3 for t in tokens)
+
+
 def test_archive_maps_to_the_architecture() -> None:
     from oasr.models.loader import read_checkpoint, resolve_source
 
