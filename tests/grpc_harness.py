@@ -73,4 +73,7 @@ def http_transcript(server: GrpcServer, audio: bytes, **fields) -> dict:
 
 
 def pcm16(samples: np.ndarray) -> bytes:
-    return (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+    """Float samples as 16-bit PCM, the inverse of the server's ``int16 / 32768``: samples that came from 16-bit
+    PCM give back the same integers. (Scaling by 32767 and truncating, as this once did, moved most samples of a
+    re-encoded clip by one step; the random streaming model's text changed with them.)"""
+    return np.clip(np.round(samples * 32768), -32768, 32767).astype("<i2").tobytes()

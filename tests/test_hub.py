@@ -44,7 +44,7 @@ UNREAD = {"model.fp32-00001-of-00002.safetensors": b"x" * 64, "flax_model.msgpac
           "tf_model.h5": b"z" * 64, "README.md": b"# tiny", "vocab.json": b"{}"}
 WHISPER_FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
 PARAKEET_FILES = WHISPER_FILES  # save_pretrained writes a generation_config.json for Parakeet too
-NEMO = b"a stand-in for a NeMo archive"
+NEMO_ARCHIVE = ROOT / "tests" / "data" / "nemo" / "ctc.nemo"  # a real one, built by NeMo (see its README)
 TOKEN = "hf_test_token"
 
 
@@ -86,7 +86,8 @@ def hub(checkpoints) -> FakeHub:
         "org/canary": FakeRepo({"main": files["canary"]}),
         "org/qwen3": FakeRepo({"main": files["qwen3"]}),
         "org/gated": FakeRepo({"main": files["whisper"]}, token=TOKEN),
-        "org/nemo-only": FakeRepo({"main": {"parakeet.nemo": NEMO, "README.md": b"# nemo"}}),
+        "org/nemo-only": FakeRepo({"main": {"parakeet.nemo": NEMO_ARCHIVE.read_bytes(), "README.md": b"# nemo",
+                                            "flax_model.msgpack": b"y" * 64}}),
         "org/wav2vec": FakeRepo({"main": unsupported}),
         "org/card-only": FakeRepo({"main": {"README.md": b"# nothing"}}),
     })
@@ -205,11 +206,25 @@ def test_every_family_loads_from_the_hub_as_from_its_directory(pulled, checkpoin
     assert len({d[2] for d in from_hub}) == len(families), "two checkpoints gave the same weights"
 
 
-def test_a_nemo_repo_fetches_only_its_archive(hub, endpoint, tmp_path):
-    done = oasr_cli(["pull", "org/nemo-only"], endpoint, tmp_path / "hub")
-    assert done.returncode == 0, done.stderr
+def test_a_nemo_repo_fetches_only_its_archive_and_transcribes_as_the_local_file_then_offline(hub, endpoint, tmp_path,
+                                                                                             capsys):
+    cache = tmp_path / "hub"
+    expected = transcribe_local(NEMO_ARCHIVE, capsys)
+    assert expected.strip(), "the tiny archive emits nothing: the comparison could not fail"
+    args = ["transcribe", str(JFK), "--model", "org/nemo-only", "--device", "cpu", "--dtype", "float32"]
+    online = oasr_cli(args, endpoint, cache)
+    assert online.returncode == 0, online.stderr
+    assert online.stdout == expected
     assert hub.downloads("org/nemo-only") == ["parakeet.nemo"]
-    assert done.stdout.strip().endswith("(parakeet.nemo)")
+    pulled = oasr_cli(["pull", "org/nemo-only"], endpoint, cache)
+    assert pulled.returncode == 0, pulled.stderr
+    assert pulled.stdout.strip().endswith("(parakeet.nemo)")
+    assert hub.downloads("org/nemo-only") == ["parakeet.nemo"], "the cached archive was fetched again"
+    before_offline = len(hub.requests)
+    offline = oasr_cli(args, _dead_endpoint(), cache, HF_HUB_OFFLINE="1")
+    assert offline.returncode == 0, offline.stderr
+    assert offline.stdout == expected
+    assert len(hub.requests) == before_offline
 
 
 def test_a_sharded_checkpoint_fetches_the_shards_its_index_names(hub, endpoint, checkpoints, tmp_path):

@@ -108,9 +108,12 @@ def build(family: Family, tokenizer_dir: Path, out: Path, audio: list[np.ndarray
     randomize(model, family.seed)
     family.adjust(model)
     if family.fitted:
-        from fit import fit_canary
+        from fit import fit_canary, fit_transducer
 
-        fit_canary(model, audio, family.prompts)
+        if family.prompts:
+            fit_canary(model, audio, family.prompts)
+        else:
+            fit_transducer(model, audio)
     model.eval()
     archive = out / f"{family.name}.nemo"
     model.save_to(str(archive))

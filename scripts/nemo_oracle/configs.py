@@ -203,8 +203,7 @@ def _hybrid(tokenizer_dir: str) -> dict[str, Any]:
 
 FAMILIES: tuple[Family, ...] = (
     Family("ctc", "EncDecCTCModelBPE", lambda d: _base(d, decoder=ctc_decoder()), seed=1, adjust=_sharpen_ctc),
-    Family("rnnt", "EncDecRNNTBPEModel", lambda d: _base(d, **transducer_parts()), seed=2,
-           adjust=_raise_transducer_blank(3.0, 3.0)),
+    Family("rnnt", "EncDecRNNTBPEModel", lambda d: _base(d, **transducer_parts()), seed=2, fitted=True),
     Family("tdt", "EncDecRNNTBPEModel", lambda d: _base(d, **transducer_parts([0, 1, 2, 3, 4])), seed=3),
     Family("hybrid", "EncDecHybridRNNTCTCBPEModel", _hybrid, seed=4, adjust=_raise_transducer_blank(3.0, 3.0)),
     Family("canary", "EncDecMultiTaskModel", _canary, seed=6, special_tokens=CANARY_SPECIAL_TOKENS,

@@ -1,7 +1,8 @@
 """A few hundred teacher-forced steps for the tiny Canary: random attention decoders with a tied vocabulary head
 settle on repeating one token whatever the audio (the residual stream carries the input token's own embedding),
 so the tiny model is fitted to say a different sentence per clip and per target language. Its greedy output then
-varies across clips, tokens and prompts and ends with <|endoftext|>, which is what the golden needs to be a test."""
+varies across clips, tokens and prompts and ends with <|endoftext|>, which is what the golden needs to be a test.
+The RNN-T archive gets the same treatment (``fit_transducer``), for the same reason."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from configs import TEXT
 
 STEPS = 150
 LEARNING_RATE = 3e-3
+TRANSDUCER_STEPS = 60
 
 
 def _examples(model: torch.nn.Module, audio: list[np.ndarray], prompts: tuple[dict[str, Any], ...]) -> list:
@@ -49,5 +51,32 @@ def fit_canary(model: torch.nn.Module, audio: list[np.ndarray], prompts: tuple[d
             total += float(loss)
         optimizer.step()
         if step % 50 == 0 or step == STEPS - 1:
+            print(f"fit step {step}: loss {total / len(examples):.3f}", flush=True)
+    model.eval()
+
+
+def fit_transducer(model: torch.nn.Module, audio: list[np.ndarray]) -> None:
+    """The same for a transducer (RNN-T loss through NeMo's own joint and loss modules): a random prediction network
+    and joint emit one token over and over, whatever the audio."""
+    examples = []
+    for c, clip in enumerate(audio):
+        signal = torch.from_numpy(clip).unsqueeze(0)
+        examples.append((signal, torch.tensor([signal.shape[1]]), torch.tensor([model.tokenizer.text_to_ids(TEXT[c])])))
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    model.train()
+    for step in range(TRANSDUCER_STEPS):
+        optimizer.zero_grad()
+        total = 0.0
+        for signal, length, targets in examples:
+            encoded, encoded_len = model.forward(input_signal=signal, input_signal_length=length)
+            target_len = torch.tensor([targets.shape[1]])
+            decoder, _, _ = model.decoder(targets=targets, target_length=target_len)
+            joint = model.joint(encoder_outputs=encoded, decoder_outputs=decoder)
+            loss = model.loss(log_probs=joint, targets=targets, input_lengths=encoded_len, target_lengths=target_len)
+            loss = loss.mean()
+            loss.backward()
+            total += loss.item()
+        optimizer.step()
+        if step % 25 == 0 or step == TRANSDUCER_STEPS - 1:
             print(f"fit step {step}: loss {total / len(examples):.3f}", flush=True)
     model.eval()
