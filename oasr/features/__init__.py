@@ -12,6 +12,7 @@ FEATURE_EXTRACTORS: Registry[type] = Registry(
         "nemotron_logmel": "oasr.features.nemo_logmel",
         "aed_logmel": "oasr.features.aed_logmel",
         "qwen3_logmel": "oasr.features.qwen3_logmel",
+        "chunked_whisper_logmel": "oasr.features.chunked_logmel",
     },
 )
 

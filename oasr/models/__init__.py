@@ -21,6 +21,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "canary": "oasr.models.canary.model",
         "cohere_asr": "oasr.models.canary.model",
         "qwen3_asr": "oasr.models.qwen3_asr.model",
+        "voxtral": "oasr.models.voxtral.model",
     },
 )
 

@@ -12,6 +12,7 @@ TOKENIZERS: Registry[type] = Registry(
         "hf_json": "oasr.tokenizers.hf_json",
         "qwen3_asr_json": "oasr.tokenizers.qwen3_asr",
         "sentencepiece": "oasr.tokenizers.sentencepiece",
+        "tekken": "oasr.tokenizers.tekken",
     },
 )
 
