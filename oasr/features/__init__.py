@@ -13,6 +13,7 @@ FEATURE_EXTRACTORS: Registry[type] = Registry(
         "aed_logmel": "oasr.features.aed_logmel",
         "qwen3_logmel": "oasr.features.qwen3_logmel",
         "chunked_whisper_logmel": "oasr.features.chunked_logmel",
+        "masked_whisper_logmel": "oasr.features.chunked_logmel",
     },
 )
 

@@ -1,4 +1,5 @@
-"""Whisper's log-mel over audio of any length, padded to whole 30 s windows (Voxtral's frontend).
+"""Whisper's log-mel for the speech LLMs: over whole 30 s windows (Voxtral), or one window with its valid
+frames counted (Qwen2-Audio).
 
 Voxtral's processor pads each input with zeros to the next multiple of 30 s, computes Whisper's log-mel over the
 whole padded input at once (so the floor at ``max - 8`` uses the peak of the whole input, not of each window),
@@ -46,3 +47,18 @@ class ChunkedWhisperLogMel(WhisperLogMel):
         """Samples [B] -> feature frames [B]: whole windows, 3,000 frames each."""
         windows = torch.clamp((num_samples + self.config.n_samples - 1) // self.config.n_samples, min=1)
         return (windows * self.config.n_frames).long()
+
+
+@FEATURE_EXTRACTORS.register("masked_whisper_logmel")
+class MaskedWhisperLogMel(WhisperLogMel):
+    """Whisper's 30 s window, with the frames the audio reaches counted (Qwen2-Audio masks the rest out of its
+    encoder's attention): ``ceil(samples / hop)`` frames, at most the window's, as the feature extractor's
+    attention mask (``return_attention_mask=True``) counts them."""
+
+    @classmethod
+    def for_model(cls, config: object) -> MaskedWhisperLogMel:
+        return cls(WhisperLogMelConfig(num_mel_bins=getattr(config, "num_mel_bins", 128)))
+
+    def frame_lengths(self, num_samples: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        return torch.clamp((num_samples + c.hop_length - 1) // c.hop_length, max=c.n_frames).long()

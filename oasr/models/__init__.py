@@ -22,6 +22,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "cohere_asr": "oasr.models.canary.model",
         "qwen3_asr": "oasr.models.qwen3_asr.model",
         "voxtral": "oasr.models.voxtral.model",
+        "qwen2_audio": "oasr.models.qwen2_audio.model",
     },
 )
 

@@ -29,6 +29,7 @@ _MODEL_TYPES = {
     "cohere_asr": "cohere_asr",
     "qwen3_asr": "qwen3_asr",
     "voxtral": "voxtral",
+    "qwen2_audio": "qwen2_audio",
 }
 _GENERATION_KEYS = ("suppress_tokens", "begin_suppress_tokens", "alignment_heads")
 
