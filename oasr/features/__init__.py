@@ -14,6 +14,7 @@ FEATURE_EXTRACTORS: Registry[type] = Registry(
         "qwen3_logmel": "oasr.features.qwen3_logmel",
         "chunked_whisper_logmel": "oasr.features.chunked_logmel",
         "masked_whisper_logmel": "oasr.features.chunked_logmel",
+        "granite_logmel": "oasr.features.granite_logmel",
     },
 )
 

@@ -23,6 +23,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "qwen3_asr": "oasr.models.qwen3_asr.model",
         "voxtral": "oasr.models.voxtral.model",
         "qwen2_audio": "oasr.models.qwen2_audio.model",
+        "granite_speech": "oasr.models.granite_speech.model",
     },
 )
 

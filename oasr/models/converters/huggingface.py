@@ -30,6 +30,7 @@ _MODEL_TYPES = {
     "qwen3_asr": "qwen3_asr",
     "voxtral": "voxtral",
     "qwen2_audio": "qwen2_audio",
+    "granite_speech": "granite_speech",
 }
 _GENERATION_KEYS = ("suppress_tokens", "begin_suppress_tokens", "alignment_heads")
 
