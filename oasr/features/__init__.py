@@ -13,6 +13,9 @@ FEATURE_EXTRACTORS: Registry[type] = Registry(
         "aed_logmel": "oasr.features.aed_logmel",
         "qwen3_logmel": "oasr.features.qwen3_logmel",
         "funasr_fbank": "oasr.features.funasr_fbank",
+        "chunked_whisper_logmel": "oasr.features.chunked_logmel",
+        "masked_whisper_logmel": "oasr.features.chunked_logmel",
+        "granite_logmel": "oasr.features.granite_logmel",
     },
 )
 

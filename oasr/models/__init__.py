@@ -23,6 +23,9 @@ ARCHITECTURES: Registry[type] = Registry(
         "qwen3_asr": "oasr.models.qwen3_asr.model",
         "paraformer": "oasr.models.paraformer.model",
         "sense_voice": "oasr.models.sense_voice.model",
+        "voxtral": "oasr.models.voxtral.model",
+        "qwen2_audio": "oasr.models.qwen2_audio.model",
+        "granite_speech": "oasr.models.granite_speech.model",
     },
 )
 

@@ -84,7 +84,9 @@ def select_files(ref: HubRef, names: Collection[str]) -> FileSelection:
         return FileSelection("native", needs(_NATIVE_FILES))
     weights = next((name for name in _TRANSFORMERS_WEIGHTS if name in present), None)
     if "config.json" in present and weights is not None:
-        return FileSelection("huggingface", needs(("config.json", "tokenizer.json", weights), _TRANSFORMERS_FILES))
+        # Mistral's releases (Voxtral) carry their vocabulary as tekken.json instead of tokenizer.json.
+        vocabulary = "tekken.json" if "tokenizer.json" not in present and "tekken.json" in present else "tokenizer.json"
+        return FileSelection("huggingface", needs(("config.json", vocabulary, weights), _TRANSFORMERS_FILES))
     if "config.json" in present and "model.bin" in present:
         return FileSelection("ctranslate2", needs(_CTRANSLATE2_FILES))
     archives = sorted(name for name in present if name.endswith(".nemo"))

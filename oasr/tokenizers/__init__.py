@@ -14,6 +14,7 @@ TOKENIZERS: Registry[type] = Registry(
         "sentencepiece": "oasr.tokenizers.sentencepiece",
         "funasr_tokens": "oasr.tokenizers.funasr_tokens",
         "sense_voice_bpe": "oasr.tokenizers.sense_voice",
+        "tekken": "oasr.tokenizers.tekken",
     },
 )
 

@@ -28,6 +28,9 @@ _MODEL_TYPES = {
     "canary": "canary",
     "cohere_asr": "cohere_asr",
     "qwen3_asr": "qwen3_asr",
+    "voxtral": "voxtral",
+    "qwen2_audio": "qwen2_audio",
+    "granite_speech": "granite_speech",
 }
 _GENERATION_KEYS = ("suppress_tokens", "begin_suppress_tokens", "alignment_heads")
 
@@ -120,10 +123,17 @@ class HuggingFaceConverter:
             architecture=_MODEL_TYPES[model_type],
             config=config,
             state_dict=state_dict,
-            tokenizer_file=require_file(source.directory / "tokenizer.json"),
+            tokenizer_file=require_file(source.directory / tokenizer_file_of(source.directory)),
             format="huggingface",
             dropped_keys=dropped,
         )
+
+
+def tokenizer_file_of(directory) -> str:
+    """The vocabulary's file name: ``tokenizer.json``, or Mistral's ``tekken.json`` (Voxtral) where that is all
+    the checkpoint has."""
+    return "tekken.json" if not (directory / "tokenizer.json").is_file() and (directory / "tekken.json").is_file() \
+        else "tokenizer.json"
 
 
 def rename_keys(model_type: str, state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
