@@ -47,3 +47,31 @@ def test_fsmn_folder_without_fsmn_encoder_is_refused(tmp_path):
 def test_fsmn_missing_folder_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
         load_fsmn_vad(tmp_path / "absent")
+
+
+def test_fsmn_offline_segments_equal_funasr(golden, net):
+    from dataclasses import replace
+
+    from tests.speech_data import clips
+
+    from oasr.vad.fsmn_segments import (DYNAMIC_FIRST_END_SILENCE_MS, DYNAMIC_SPEECH_NOISE_THRES,
+                                        FsmnSegmentConfig, FsmnSegmenter, frame_decibels)
+
+    config = replace(FsmnSegmentConfig.from_model_conf(net.model_conf), max_end_silence_ms=DYNAMIC_FIRST_END_SILENCE_MS,
+                     speech_noise_thres=DYNAMIC_SPEECH_NOISE_THRES)
+    for clip, expected in zip(clips(golden["clips"]), golden["offline"]):
+        with torch.no_grad():
+            silence = net.silence_probabilities(torch.from_numpy(clip.audio)).tolist()
+        decibels = frame_decibels(clip.audio, len(silence))
+        assert FsmnSegmenter(config).run(silence, decibels) == expected, clip.id
+
+
+def test_fsmn_state_machine_equals_funasr_on_hand_made_runs(golden, net):
+    """Pauses long enough to end a segment, short ones that do not, speech up to the last frame, and a blip
+    too short to start one: FunASR's state machine at the folder's own thresholds."""
+    from oasr.vad.fsmn_segments import FsmnSegmentConfig, FsmnSegmenter
+
+    config = FsmnSegmentConfig.from_model_conf(net.model_conf)
+    for run in golden["synthetic"]:
+        silence = [p for count, p in run["silence"] for _ in range(count)]
+        assert FsmnSegmenter(config).run(silence, [0.0] * len(silence)) == run["segments"], run["silence"]

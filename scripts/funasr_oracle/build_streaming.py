@@ -113,8 +113,36 @@ def build_fsmn_vad(out: Path, clips: dict[str, np.ndarray], silence_bias: float)
                                    is_final=index == num_chunks - 1, chunk_size=VAD_CHUNK_MS, disable_pbar=True)
             events.append(result[0]["value"])
         golden["streaming"].append(events)
+    golden["synthetic"] = synthetic_segments(auto.model)
     (out / "fsmn_vad.json").write_text(json.dumps(golden, ensure_ascii=False, indent=1) + "\n")
     print("fsmn_vad:", golden["offline"])
+
+
+# Hand-made frame runs (speech: silence probability 0.1, silence: 0.9) for FunASR's state machine alone, at its
+# configured thresholds: a long pause that ends a segment, a short one that does not, and speech to the last frame.
+SYNTHETIC_RUNS = ([(30, 0.9), (120, 0.1), (50, 0.9), (80, 0.1), (150, 0.9), (60, 0.1), (20, 0.9)],
+                  [(300, 0.9), (40, 0.1), (100, 0.9), (200, 0.1)],
+                  [(10, 0.1), (90, 0.9), (5, 0.1), (40, 0.9)])
+
+
+def synthetic_segments(model) -> list[dict]:
+    """FunASR's ``DetectLastFrames`` on given per-frame silence probabilities (loud frames: decibels at 0)."""
+    runs = []
+    for run in SYNTHETIC_RUNS:
+        silence = [p for count, p in run for _ in range(count)]
+        cache = model.init_cache({})
+        stats = cache["stats"]
+        scores = torch.zeros(1, len(silence), model.encoder.out_linear2.linear.out_features)
+        scores[0, :, 0] = torch.tensor(silence)
+        scores[0, :, 1] = 1 - scores[0, :, 0]
+        stats.scores, stats.frm_cnt, stats.decibel = scores, len(silence), [0.0] * len(silence)
+        stats.data_buf_all = torch.zeros((len(silence) - 1) * 160 + 400)
+        stats.data_buf = stats.data_buf_all
+        model.vad_opts.nn_eval_block_size = len(silence)
+        model.DetectLastFrames(cache=cache)
+        segments = [[seg.start_ms, seg.end_ms] for seg in stats.output_data_buf]
+        runs.append({"silence": [[count, p] for count, p in run], "segments": segments})
+    return runs
 
 
 def silence_scores(model, frontend, audio: np.ndarray) -> dict:
