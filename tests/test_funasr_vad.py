@@ -49,21 +49,24 @@ def test_fsmn_missing_folder_is_refused(tmp_path):
         load_fsmn_vad(tmp_path / "absent")
 
 
-def test_fsmn_offline_segments_equal_funasr(golden, net):
-    from dataclasses import replace
-
+def test_fsmn_offline_segments_equal_funasr(golden):
     from tests.speech_data import clips
 
-    from oasr.vad.fsmn_segments import (DYNAMIC_FIRST_END_SILENCE_MS, DYNAMIC_SPEECH_NOISE_THRES,
-                                        FsmnSegmentConfig, FsmnSegmenter, frame_decibels)
+    from oasr.vad.fsmn import FsmnVAD
 
-    config = replace(FsmnSegmentConfig.from_model_conf(net.model_conf), max_end_silence_ms=DYNAMIC_FIRST_END_SILENCE_MS,
-                     speech_noise_thres=DYNAMIC_SPEECH_NOISE_THRES)
+    detector = FsmnVAD.load("cpu", DATA / "fsmn_vad")
     for clip, expected in zip(clips(golden["clips"]), golden["offline"]):
-        with torch.no_grad():
-            silence = net.silence_probabilities(torch.from_numpy(clip.audio)).tolist()
-        decibels = frame_decibels(clip.audio, len(silence))
-        assert FsmnSegmenter(config).run(silence, decibels) == expected, clip.id
+        assert detector.segments(clip.audio) == expected, clip.id
+        probs = detector.speech_probs([clip.audio])[0]
+        assert len(probs) == -(-len(clip.audio) // detector.chunk_samples)
+        assert ((probs >= 0) & (probs <= 1)).all()
+
+
+def test_fsmn_detector_without_folder_is_refused():
+    from oasr.vad.fsmn import FsmnVAD
+
+    with pytest.raises(CheckpointError, match="model folder"):
+        FsmnVAD.load("cpu")
 
 
 def test_fsmn_state_machine_equals_funasr_on_hand_made_runs(golden, net):
