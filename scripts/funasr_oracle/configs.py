@@ -107,3 +107,50 @@ def write_sense_voice_bpe(path: Path, seed: int) -> None:
                                    model_type="bpe", character_coverage=1.0, user_defined_symbols=SENSE_VOICE_TAGS,
                                    minloglevel=2)
     path.write_bytes(model.getvalue())
+
+# FunASR's online WavFrontend for the streaming models: the same fbank and LFR, kept across chunks.
+FRONTEND_ONLINE = dict(FRONTEND)
+
+# paraformer-zh-streaming's layout at a tiny size: the chunked SANM encoder (chunk sizes and strides in LFR
+# frames, as the released config lists them), the offline decoder with a look-ahead shift of 5 in its FSMN memory,
+# and the same CIF predictor run chunk by chunk.
+PARAFORMER_STREAMING = {
+    "model": "ParaformerStreaming",
+    "model_conf": dict(PARAFORMER["model_conf"]),
+    "encoder": "SANMEncoderChunkOpt",
+    "encoder_conf": {**PARAFORMER["encoder_conf"], "input_layer": "pe_online", "chunk_size": [12, 15],
+                     "stride": [8, 10], "pad_left": [0, 0], "encoder_att_look_back_factor": [4, 4],
+                     "decoder_att_look_back_factor": [1, 1]},
+    "decoder": "ParaformerSANMDecoder",
+    "decoder_conf": {**PARAFORMER["decoder_conf"], "sanm_shfit": 5},
+    "predictor": "CifPredictorV2",
+    "predictor_conf": dict(PARAFORMER["predictor_conf"]),
+    "input_size": 560,
+    "frontend": "WavFrontendOnline",
+    "frontend_conf": FRONTEND_ONLINE,
+    "tokenizer": "CharTokenizer",
+    "tokenizer_conf": dict(PARAFORMER["tokenizer_conf"]),
+}
+
+# fsmn-vad's layout at a tiny size: 5-frame LFR of 80 mel bins in, FSMN blocks with a left memory of 20 frames,
+# 248 output states of which state 0 is silence; the segment logic's settings are the released model's.
+FSMN_VAD = {
+    "model": "FsmnVADStreaming",
+    "model_conf": {"sample_rate": 16000, "detect_mode": 1, "snr_mode": 0, "max_end_silence_time": 800,
+                   "max_start_silence_time": 3000, "do_start_point_detection": True,
+                   "do_end_point_detection": True, "window_size_ms": 200, "sil_to_speech_time_thres": 150,
+                   "speech_to_sil_time_thres": 150, "speech_2_noise_ratio": 1.0, "do_extend": 1,
+                   "lookback_time_start_point": 200, "lookahead_time_end_point": 100,
+                   "max_single_segment_time": 60000, "snr_thres": -100.0, "noise_frame_num_used_for_snr": 100,
+                   "decibel_thres": -100.0, "speech_noise_thres": 0.6, "fe_prior_thres": 0.0001,
+                   "silence_pdf_num": 1, "sil_pdf_ids": [0], "speech_noise_thresh_low": -0.1,
+                   "speech_noise_thresh_high": 0.3, "output_frame_probs": False, "frame_in_ms": 10,
+                   "frame_length_ms": 25},
+    "encoder": "FSMN",
+    "encoder_conf": {"input_dim": 400, "input_affine_dim": 32, "fsmn_layers": 2, "linear_dim": 48, "proj_dim": 24,
+                     "lorder": 20, "rorder": 0, "lstride": 1, "rstride": 0, "output_affine_dim": 32,
+                     "output_dim": 248},
+    "frontend": "WavFrontendOnline",
+    "frontend_conf": {"fs": 16000, "window": "hamming", "n_mels": 80, "frame_length": 25, "frame_shift": 10,
+                      "dither": 0.0, "lfr_m": 5, "lfr_n": 1},
+}

@@ -1,0 +1,77 @@
+"""FunASR's FSMN-VAD as a speech detector: the ported network (``oasr.vad.fsmn_net``) scores each 10 ms frame,
+and FunASR's own segment logic (``oasr.vad.fsmn_segments``) can turn those scores into FunASR's segments.
+
+Not registered in ``VAD_DETECTORS`` yet: the registry's ``load(device)`` carries no model folder, and FSMN-VAD's
+weights are not in a pip package as Silero's are. ``FsmnVAD.load(device, model_dir)`` is what the registration
+will call once the CLI and the realtime session pass a folder (docs/funasr.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from oasr.vad.detector import Audio, as_samples
+from oasr.vad.fsmn_net import FsmnVadNet, load_fsmn_vad
+from oasr.vad.fsmn_segments import (
+    DYNAMIC_FIRST_END_SILENCE_MS,
+    DYNAMIC_SPEECH_NOISE_THRES,
+    FsmnSegmentConfig,
+    FsmnSegmenter,
+    frame_decibels,
+)
+
+SAMPLE_RATE = 16_000
+FRAME_SAMPLES = 160  # one fbank frame shift (10 ms): the network scores each
+
+
+class FsmnVAD:
+    """``SpeechDetector``: one speech probability (one minus the silence states') per 10 ms chunk."""
+
+    sample_rate = SAMPLE_RATE
+    chunk_samples = FRAME_SAMPLES
+
+    def __init__(self, net: FsmnVadNet) -> None:
+        self.net = net
+        self.device = next(net.parameters()).device
+        self.segment_config = FsmnSegmentConfig.from_model_conf(net.model_conf)
+
+    @classmethod
+    def load(cls, device: str | torch.device = "cpu", model_dir: Path | str | None = None) -> FsmnVAD:
+        if model_dir is None:
+            from oasr.errors import CheckpointError
+
+            raise CheckpointError("the fsmn VAD needs its FunASR model folder (config.yaml, model.pt, am.mvn)")
+        return cls(load_fsmn_vad(model_dir, device))
+
+    @torch.inference_mode()
+    def frame_silence(self, audio: Audio) -> np.ndarray:
+        """Silence probability per fbank frame [T] (frames wholly inside the audio)."""
+        samples = as_samples(audio).to(self.device)
+        if len(samples) < self.net.frontend.config.win_length:
+            return np.zeros(0, dtype=np.float32)
+        return self.net.silence_probabilities(samples).float().cpu().numpy()
+
+    def speech_probs(self, audios: Sequence[Audio]) -> list[np.ndarray]:
+        """One float32 array per input, ``ceil(len / 160)`` long; the frames past the last whole 25 ms window
+        (at most two) repeat the last score."""
+        out = []
+        for audio in audios:
+            speech = 1.0 - self.frame_silence(audio)
+            wanted = -(-len(as_samples(audio)) // FRAME_SAMPLES)
+            pad_value = speech[-1] if len(speech) else 0.0
+            out.append(np.concatenate([speech, np.full(wanted - len(speech), pad_value)])[:wanted].astype(np.float32))
+        return out
+
+    def segments(self, audio: Audio) -> list[list[int]]:
+        """FunASR's ``AutoModel.generate`` segments for a whole clip under 10 s: ``[[start_ms, end_ms], ...]``
+        (its offline call's dynamic silence: a 2 s end silence and a 0.5 speech threshold)."""
+        silence = self.frame_silence(audio)
+        config = replace(self.segment_config, max_end_silence_ms=DYNAMIC_FIRST_END_SILENCE_MS,
+                         speech_noise_thres=DYNAMIC_SPEECH_NOISE_THRES)
+        decibels = frame_decibels(as_samples(audio).numpy(), len(silence))
+        return FsmnSegmenter(config).run(silence.tolist(), decibels)
