@@ -87,7 +87,8 @@ def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -
         timestamps=args.timestamps or (timed_model and args.output_format in ("srt", "vtt")), prompt=args.prompt,
         fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
         vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
-        length_penalty=args.length_penalty,
+        length_penalty=args.length_penalty, lm=args.lm, lexicon=args.lexicon, lm_weight=args.lm_weight,
+        word_bonus=args.word_bonus,
     )
 
 

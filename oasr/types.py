@@ -28,6 +28,15 @@ def check_beam_options(beam_size: int | None, patience: float | None, length_pen
         raise ValueError(f"length_penalty must be in [0, 1] (or None: divide by the length), got {length_penalty}")
 
 
+def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None, lm_weight: float | None,
+                     word_bonus: float | None) -> None:
+    """A language model or lexicon steers a beam search: it needs ``beam_size``; its weights need one of them."""
+    if (lm is not None or lexicon is not None) and beam_size is None:
+        raise ValueError("lm and lexicon steer beam search: give beam_size too")
+    if (lm_weight is not None or word_bonus is not None) and lm is None and lexicon is None:
+        raise ValueError("lm_weight and word_bonus weigh a language model or lexicon: give lm or lexicon too")
+
+
 @dataclass(frozen=True)
 class FallbackOptions:
     """openai-whisper's checks on each window of sequential long-form decoding. A window whose text compresses
@@ -72,9 +81,15 @@ class TranscribeOptions:
     beam_size: int | None = None
     patience: float | None = None
     length_penalty: float | None = None
+    # Word-level beam search (see ``DecodeOptions``): CTC models.
+    lm: str | None = None
+    lexicon: str | None = None
+    lm_weight: float | None = None
+    word_bonus: float | None = None
 
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.task not in ("transcribe", "translate"):
@@ -116,11 +131,20 @@ class DecodeOptions:
     beam_size: int | None = None
     patience: float | None = None
     length_penalty: float | None = None
+    # Word-level beam search (CTC models, ``oasr.decode.ctc_lexicon_beam``): ``lm`` a KenLM file (ARPA or binary),
+    # ``lexicon`` a file of words, one a line (default: the ARPA file's words); the search emits only lexicon
+    # words and adds ``lm_weight`` (default 0.5) x the LM's log10 probability and ``word_bonus`` (default 0) per
+    # word.
+    lm: str | None = None
+    lexicon: str | None = None
+    lm_weight: float | None = None
+    word_bonus: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus)
         if self.beam_size is not None and self.temperature > 0:
             raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "
                              "(sample with beam_size=None)")
@@ -131,6 +155,14 @@ class DecodeOptions:
     def num_decode_rows(self) -> int:
         """Decode rows (and self-attention caches) a request with these options holds while it decodes."""
         return self.beam_size or 1
+
+
+def word_search_fields(options: DecodeOptions | TranscribeOptions, keep: bool = True) -> dict[str, Any]:
+    """The word-level beam-search fields of ``options`` (lm, lexicon, lm_weight, word_bonus) to pass on, or
+    (``keep=False``) all None, for a window that samples instead of searching."""
+    fields = {"lm": options.lm, "lexicon": options.lexicon, "lm_weight": options.lm_weight,
+              "word_bonus": options.word_bonus}
+    return fields if keep else dict.fromkeys(fields)
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,15 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
+from oasr.decode.ctc_lexicon_beam import CTCLexiconBeam, LexiconBeamOptions, WordResources
 from oasr.decode.pending import LaunchesEagerly
 
 # Two hashes modulo primes below 2^31: products stay inside int64, and a false merge needs both to collide.
 _HASH_MODULI = (2_147_483_647, 1_000_000_007)
 _HASH_BASES = (1_000_003, 998_244_353)
+# The language model's weight when a request names none: a middling value to start from; the best weight depends
+# on the model and the LM, and is found on held-out speech.
+DEFAULT_LM_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,7 @@ def prefix_beam_search(
 class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
     searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
+    fuses_lm: ClassVar[bool] = True  # and its lm, lexicon, lm_weight, word_bonus (oasr.decode.ctc_lexicon_beam)
 
     def __init__(self, options: CTCPrefixBeamOptions | None = None) -> None:
         self.options = options or CTCPrefixBeamOptions()
@@ -179,6 +184,15 @@ class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
     @classmethod
     def for_beam(cls, beam_size: int) -> CTCPrefixBeam:
         return cls(CTCPrefixBeamOptions(beam_size=beam_size))
+
+    @staticmethod
+    def with_words(resources: WordResources, beam_size: int, lm_weight: float | None,
+                   word_bonus: float | None) -> CTCLexiconBeam:
+        """The lexicon search for requests that name a language model or lexicon (``resources``: loaded)."""
+        options = LexiconBeamOptions(beam_size=beam_size,
+                                     lm_weight=DEFAULT_LM_WEIGHT if lm_weight is None else lm_weight,
+                                     word_bonus=0.0 if word_bonus is None else word_bonus)
+        return CTCLexiconBeam(resources, options)
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the most probable label sequence per row."""
