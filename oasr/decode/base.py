@@ -24,10 +24,11 @@ class DecodeStrategy:
     searches: ClassVar[bool] = False  # serves DecodeOptions.beam_size
     # Serves DecodeOptions' word-level fields (lm, lexicon, lm_weight, word_bonus) through ``with_words``.
     fuses_lm: ClassVar[bool] = False
+    biases: ClassVar[bool] = False  # serves DecodeOptions.hotwords (``for_beam(..., hotwords, contexts)``)
     graph_capturable: ClassVar[bool] = False  # takes ``cuda_graphs=`` and replays captured steps
 
     @classmethod
-    def for_beam(cls, beam_size: int) -> DecodeStrategy:
+    def for_beam(cls, beam_size: int, hotwords: tuple = (), contexts=None) -> DecodeStrategy:
         """A searching strategy for requests of ``beam_size`` (frame-synchronous runners build one per size)."""
         raise NotImplementedError(f"{cls.__name__} does not search")
 

@@ -30,6 +30,7 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "min_new_tokens": ("min_new_tokens",),
     "beam_size": ("beam_size", "patience", "length_penalty"),
     "language_model": ("lm", "lexicon", "lm_weight", "word_bonus"),
+    "hotwords": ("hotwords",),
 }
 _ALWAYS_SERVED = ("max_new_tokens", "task")  # task is checked against ``tasks``
 
@@ -71,7 +72,7 @@ class ModelCapabilities:
         if not self.decode_strategies:
             raise ValueError("an architecture needs at least one decode strategy")
         unknown = sorted(set(self.options) - set(OPTION_FIELDS))
-        served_by_strategies = {"beam_size", "language_model"} & set(self.options)
+        served_by_strategies = {"beam_size", "language_model", "hotwords"} & set(self.options)
         if unknown or served_by_strategies:
             raise ValueError(f"unknown or strategy-served options declared: {unknown or sorted(served_by_strategies)}")
         if self.word_timing != (self.aligner is not None):
@@ -97,9 +98,10 @@ class ModelCapabilities:
         from oasr.decode import DECODE_STRATEGIES
 
         beam = self.beam_strategy
-        fuses_lm = beam is not None and DECODE_STRATEGIES.get(beam).fuses_lm
-        return (self.options | ({"beam_size"} if beam is not None else set())
-                | ({"language_model"} if fuses_lm else set()))
+        strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
+        by_strategy = {"beam_size": strategy is not None, "language_model": strategy is not None and strategy.fuses_lm,
+                       "hotwords": strategy is not None and strategy.biases}
+        return self.options | {key for key, served in by_strategy.items() if served}
 
     def strategy_for(self, options: DecodeOptions) -> str:
         """The strategy that decodes a request with ``options`` (check them first)."""
