@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import oasr
+from oasr.decode.hotwords import ContextGraph
 from oasr.decode.transducer_beam import transducer_beam_search
 from oasr.decode.transducer_greedy import TransducerGreedy
 from oasr.errors import UnsupportedOptionError
@@ -66,7 +67,20 @@ def test_the_engine_decodes_beam_requests_of_a_transducer(rnnt, encoded) -> None
         expected, _ = transducer_beam_search(rnnt.model, out, beam_size=4, max_symbols=rnnt.model.max_symbols_per_step)
     results = oasr.transcribe(audio, rnnt, beam_size=4, batch_size=3)
     assert [r.token_ids for r in results] == expected
-    with pytest.raises(UnsupportedOptionError, match="option hotwords"):
-        oasr.transcribe(audio[0], rnnt, beam_size=4, hotwords="the cat")
     with pytest.raises(UnsupportedOptionError, match="option lm"):
         oasr.transcribe(audio[0], rnnt, beam_size=4, lm="x.arpa")
+
+
+def test_hotwords_raise_a_phrase_s_count_in_the_transducer_beam(rnnt, encoded) -> None:
+    audio, out = encoded
+    phrase = rnnt.tokenizer.encode("the cat")
+    max_symbols = rnnt.model.max_symbols_per_step
+    graph = ContextGraph.build([(phrase, 8.0)], rnnt.model.vocab_size)
+    with torch.inference_mode():
+        plain, _ = transducer_beam_search(rnnt.model, out, 4, max_symbols)
+        expected, _ = transducer_beam_search(rnnt.model, out, 4, max_symbols, graph)
+    got = [r.token_ids for r in oasr.transcribe(audio, rnnt, beam_size=4, batch_size=3, hotwords="the cat:8")]
+    assert got == expected
+    assert got != plain, "the boost changed nothing: the comparison could not fail"
+    count = lambda rows: sum(sum(row[i:i + len(phrase)] == phrase for i in range(len(row))) for row in rows)  # noqa: E731
+    assert count(got) > count(plain)
