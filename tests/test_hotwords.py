@@ -18,7 +18,7 @@ from oasr.errors import UnsupportedOptionError
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import from_pretrained
 from oasr.models.whisper.model import WhisperForConditionalGeneration
-from oasr.serving.serving import _hotwords
+from oasr.serving.serving import inline_hotwords
 from oasr.types import DecodeOptions
 from parakeet_reference import build_reference, write_tokenizer
 
@@ -119,5 +119,5 @@ def test_hotwords_are_refused_where_no_search_takes_them(loaded, capsys) -> None
     assert main([*args, "--hotwords", "@/nonexistent/hot.txt"]) == 2
     assert "hotwords file not found" in capsys.readouterr().err
     with pytest.raises(ValueError, match="cannot be named"):
-        _hotwords("@/etc/passwd")
-    assert _hotwords("the cat:2") == (Hotword("the cat", 2.0),)
+        inline_hotwords("@/etc/passwd")
+    assert inline_hotwords("the cat:2") == (Hotword("the cat", 2.0),)

@@ -237,7 +237,7 @@ class OpenAIServingTranscription:
             options = DecodeOptions(language=language, target_language=target, task=task, timestamps=timestamps,
                                     temperature=params.temperature, prompt=params.prompt or None,
                                     beam_size=params.beam_size, patience=params.patience,
-                                    length_penalty=params.length_penalty, hotwords=_hotwords(params.hotwords))
+                                    length_penalty=params.length_penalty, hotwords=inline_hotwords(params.hotwords))
         except ValueError as exc:  # options that contradict each other (a beam with sampling, patience alone)
             param = next((name for name in ("hotwords", "beam_size", "patience", "length_penalty")
                           if getattr(params, name) is not None), None)
@@ -513,7 +513,7 @@ class OpenAIServingTranscription:
         return internal_error()
 
 
-def _hotwords(spec: str | None) -> tuple[Hotword, ...]:
+def inline_hotwords(spec: str | None) -> tuple[Hotword, ...]:
     """The form's hotword list, inline only (a ValueError, turned into a 400, for "@FILE" or a bad entry)."""
     if spec is None or not spec.strip():
         return ()
