@@ -14,7 +14,8 @@ LONG_FORM_MODES = ("parallel", "sequential")
 
 
 # Hotwords (context biasing) as requests carry them; ``oasr.decode.hotwords`` compiles them for a search.
-DEFAULT_HOTWORD_BOOST = 1.5  # per token of a phrase, in natural-log units of the acoustic score (sherpa-onnx's default)
+# Per token of a phrase, in natural-log units of the acoustic score (sherpa-onnx's default hotwords score).
+DEFAULT_HOTWORD_BOOST = 1.5
 
 
 class HotwordsError(OASRError):
@@ -141,6 +142,7 @@ class TranscribeOptions:
 
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
         check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
@@ -199,6 +201,7 @@ class DecodeOptions:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
         check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
         if self.beam_size is not None and self.temperature > 0:
             raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "

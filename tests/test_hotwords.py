@@ -121,3 +121,8 @@ def test_hotwords_are_refused_where_no_search_takes_them(loaded, capsys) -> None
     with pytest.raises(ValueError, match="cannot be named"):
         inline_hotwords("@/etc/passwd")
     assert inline_hotwords("the cat:2") == (Hotword("the cat", 2.0),)
+
+
+def test_hotwords_given_as_a_list_are_kept_as_a_tuple() -> None:
+    options = DecodeOptions(beam_size=2, hotwords=[Hotword("the cat")])
+    assert options.hotwords == (Hotword("the cat"),) and hash(options)
