@@ -158,7 +158,7 @@ class LexiconBeamSearch:
         k = self.options.beam_size
         device = cands.score.device
         state = torch.stack([cands.row, cands.history, cands.node, cands.token, cands.blank_last.long()], 1)
-        unique, group = torch.unique(state, dim=0, return_inverse=True)  # sorted: rows are contiguous
+        unique, group = self._group(state)  # sorted: rows are contiguous
         g = unique.shape[0]
         best = torch.full((g,), _NEG_INF, dtype=torch.float64, device=device)
         best = best.scatter_reduce(0, group, cands.score, "amax")
@@ -184,6 +184,22 @@ class LexiconBeamSearch:
         hyps = _Hyps(score, unique[pick, 1], unique[pick, 2], unique[pick, 3], unique[pick, 4].bool())
         parent = torch.where(live, cands.parent[w], 0)
         return hyps, parent, torch.where(live, cands.emitted[w], -1), torch.where(live, cands.word[w], -1)
+
+    def _group(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """state: [M, 5] (row, history, node, token, blank) -> (the distinct states [G, 5] in row-major order,
+        each candidate's group [M]). The columns are packed into one int64 key where they fit (a sort of keys is
+        several times faster than torch.unique over rows); the row-wise unique is the fallback."""
+        num_nodes, vocab = self.trie.child.shape
+        sizes = (self.histories.num_states, num_nodes, vocab, 2)
+        if int(state[:, 0].max()) + 1 > (1 << 62) // (sizes[0] * sizes[1] * sizes[2] * sizes[3]):
+            return torch.unique(state, dim=0, return_inverse=True)
+        key = state[:, 0]
+        for column, size in enumerate(sizes, start=1):
+            key = key * size + state[:, column]
+        keys, group = torch.unique(key, return_inverse=True)
+        first = torch.full_like(keys, state.shape[0]).scatter_reduce(
+            0, group, torch.arange(state.shape[0], device=state.device), "amin")
+        return state[first], group
 
     def run(self, log_probs: torch.Tensor,
             lengths: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[float]]:
