@@ -14,7 +14,7 @@ from oasr.transcription.offline import AudioInput, OfflineTranscriber, ProgressC
 from oasr.errors import TranscriptionFailedError
 from oasr.models import loader
 from oasr.models.loader import LoadedModel
-from oasr.types import LongForm, Task, Transcription, TranscribeOptions
+from oasr.types import Hotword, LongForm, Task, Transcription, TranscribeOptions, parse_hotwords
 
 
 def from_pretrained(name_or_path: str | Path = "tiny.en", **options) -> LoadedModel:
@@ -71,6 +71,11 @@ def transcribe(
     beam_size: int | None = None,
     patience: float | None = None,
     length_penalty: float | None = None,
+    lm: str | None = None,
+    lexicon: str | None = None,
+    lm_weight: float | None = None,
+    word_bonus: float | None = None,
+    hotwords: str | Sequence[Hotword] = (),
 ) -> list[Transcription]:
     """Transcribes audio files, bytes or 16 kHz float arrays: one ``Transcription`` per input, in input order.
 
@@ -87,13 +92,17 @@ def transcribe(
     ``target_language`` is the language to write on models that translate between many (Canary), and
     ``punctuation=False`` asks them for text without punctuation and capitals.
     ``beam_size`` decodes by beam search (openai-whisper's, with ``patience`` and ``length_penalty``) instead of
-    greedily; each window then decodes on ``beam_size`` rows. ``options`` (a full ``TranscribeOptions``)
-    replaces the keyword options before it."""
+    greedily; each window then decodes on ``beam_size`` rows. On CTC models, ``lm`` (a KenLM file) and ``lexicon``
+    (words, one a line) make it a word-level search weighted by ``lm_weight`` and ``word_bonus``; ``hotwords``
+    (``Hotword``s, or ``"phrase[:boost],..."`` / ``"@FILE"``) favours phrases in the search. ``options`` (a full
+    ``TranscribeOptions``) replaces the keyword options before it."""
     if options is None:
         options = TranscribeOptions(language=language, task=task, target_language=target_language,
                                     punctuation=punctuation, batch_size=batch_size, long_form=long_form,
                                     timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad,
-                                    beam_size=beam_size, patience=patience, length_penalty=length_penalty)
+                                    beam_size=beam_size, patience=patience, length_penalty=length_penalty,
+                                    lm=lm, lexicon=lexicon, lm_weight=lm_weight, word_bonus=word_bonus,
+                                    hotwords=parse_hotwords(hotwords) if isinstance(hotwords, str) else tuple(hotwords))
     results = list(iter_transcribe(inputs, model, options=options, device=device, dtype=dtype))
     failures = [result for result in results if result.error]
     if failures and not skip_errors:

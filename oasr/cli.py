@@ -76,6 +76,18 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--length-penalty", type=float, default=None,
                    help="rank beam hypotheses by log-probability / ((5 + length) / 6) ** PENALTY, PENALTY in [0, 1] "
                    "(default: divide by the length)")
+    # Beam-search steering (oasr.decode.ctc_lexicon_beam, oasr.decode.hotwords): one block, kept together.
+    p.add_argument("--lm", default=None, metavar="FILE",
+                   help="with --beam-size, CTC models: a KenLM n-gram language model (ARPA or binary) that scores "
+                   "each word as the beam search completes it")
+    p.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="with --beam-size: the words the search may emit, one a line (default: the ARPA file's words)")
+    p.add_argument("--lm-weight", type=float, default=None,
+                   help="weight of the language model's log10 probabilities (default 0.5)")
+    p.add_argument("--word-bonus", type=float, default=None, help="score added per emitted word (default 0)")
+    p.add_argument("--hotwords", default=None, metavar="LIST",
+                   help="with --beam-size: phrases to favour, 'phrase[:boost],...' or @FILE (one phrase[:boost] a "
+                   "line); the boost (default 1.5) is added per token of a phrase the search spells whole")
     p.add_argument("--diarization-model", default=None, metavar="ID",
                    help="a diarization checkpoint (directory or Hub id): each segment gets the speaker who talks "
                    "most within it; needs --output-format diarized_json (OpenAI's shape)")

@@ -79,6 +79,7 @@ def _print(text: str) -> None:
 def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -> TranscribeOptions:
     """The options of ``args``; subtitles imply timestamps where the model decodes them (``timed_model``), and
     come from the windows' own times elsewhere."""
+    from oasr.types import parse_hotwords
     from oasr.types import FallbackOptions, TranscribeOptions
 
     return TranscribeOptions(
@@ -87,7 +88,8 @@ def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -
         timestamps=args.timestamps or (timed_model and args.output_format in ("srt", "vtt")), prompt=args.prompt,
         fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
         vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
-        length_penalty=args.length_penalty,
+        length_penalty=args.length_penalty, lm=args.lm, lexicon=args.lexicon, lm_weight=args.lm_weight,
+        word_bonus=args.word_bonus, hotwords=parse_hotwords(args.hotwords) if args.hotwords else (),
     )
 
 

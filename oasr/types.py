@@ -3,11 +3,60 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
+
+from oasr.errors import OASRError
 
 Task = Literal["transcribe", "translate"]
 LongForm = Literal["parallel", "sequential"]
 LONG_FORM_MODES = ("parallel", "sequential")
+
+
+# Hotwords (context biasing) as requests carry them; ``oasr.decode.hotwords`` compiles them for a search.
+# Per token of a phrase, in natural-log units of the acoustic score (sherpa-onnx's default hotwords score).
+DEFAULT_HOTWORD_BOOST = 1.5
+
+
+class HotwordsError(OASRError):
+    """A hotword list that cannot be read or parsed."""
+
+
+@dataclass(frozen=True)
+class Hotword:
+    phrase: str
+    boost: float = DEFAULT_HOTWORD_BOOST  # added per token of the phrase
+
+    def __post_init__(self) -> None:
+        if not self.phrase.strip():
+            raise ValueError("a hotword phrase is empty")
+        if not self.boost == self.boost or abs(self.boost) > 100:  # NaN, or a value no score scale explains
+            raise ValueError(f"hotword boost must be a number within [-100, 100], got {self.boost}")
+
+
+def parse_hotwords(spec: str) -> tuple[Hotword, ...]:
+    """``"phrase[:boost],..."`` or ``"@FILE"`` (one ``phrase[:boost]`` a line) -> the hotwords."""
+    if spec.startswith("@"):
+        path = Path(spec[1:])
+        if not path.is_file():
+            raise HotwordsError(f"hotwords file not found: {path}")
+        items = path.read_text(encoding="utf-8").splitlines()
+    else:
+        items = spec.split(",")
+    hotwords = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        phrase, sep, boost = item.rpartition(":")
+        if not sep:
+            phrase, boost = item, ""
+        try:
+            hotwords.append(Hotword(phrase.strip(), float(boost) if boost.strip() else DEFAULT_HOTWORD_BOOST))
+        except ValueError as e:
+            raise HotwordsError(f"bad hotword {item!r}: {e}") from None
+    if not hotwords:
+        raise HotwordsError(f"no hotword in {spec!r}")
+    return tuple(hotwords)
 
 
 def check_beam_options(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
@@ -26,6 +75,18 @@ def check_beam_options(beam_size: int | None, patience: float | None, length_pen
         raise ValueError(f"beam_size {beam_size} with patience {patience} waits for no finished hypothesis")
     if length_penalty is not None and not 0.0 <= length_penalty <= 1.0:
         raise ValueError(f"length_penalty must be in [0, 1] (or None: divide by the length), got {length_penalty}")
+
+
+def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None, lm_weight: float | None,
+                     word_bonus: float | None, hotwords: tuple = ()) -> None:
+    """A language model, lexicon or hotwords steer a beam search: they need ``beam_size``; the weights need a
+    language model or lexicon."""
+    if (lm is not None or lexicon is not None) and beam_size is None:
+        raise ValueError("lm and lexicon steer beam search: give beam_size too")
+    if hotwords and beam_size is None:
+        raise ValueError("hotwords bias beam search: give beam_size too")
+    if (lm_weight is not None or word_bonus is not None) and lm is None and lexicon is None:
+        raise ValueError("lm_weight and word_bonus weigh a language model or lexicon: give lm or lexicon too")
 
 
 @dataclass(frozen=True)
@@ -72,9 +133,17 @@ class TranscribeOptions:
     beam_size: int | None = None
     patience: float | None = None
     length_penalty: float | None = None
+    # Word-level beam search (see ``DecodeOptions``): CTC models.
+    lm: str | None = None
+    lexicon: str | None = None
+    lm_weight: float | None = None
+    word_bonus: float | None = None
+    hotwords: tuple[Hotword, ...] = ()  # see DecodeOptions
 
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.task not in ("transcribe", "translate"):
@@ -116,11 +185,24 @@ class DecodeOptions:
     beam_size: int | None = None
     patience: float | None = None
     length_penalty: float | None = None
+    # Word-level beam search (CTC models, ``oasr.decode.ctc_lexicon_beam``): ``lm`` a KenLM file (ARPA or binary),
+    # ``lexicon`` a file of words, one a line (default: the ARPA file's words); the search emits only lexicon
+    # words and adds ``lm_weight`` (default 0.5) x the LM's log10 probability and ``word_bonus`` (default 0) per
+    # word.
+    lm: str | None = None
+    lexicon: str | None = None
+    lm_weight: float | None = None
+    word_bonus: float | None = None
+    # Hotwords (``oasr.decode.hotwords``): a beam search adds each phrase's boost per token of it that a
+    # hypothesis spells, and keeps it for completed phrases only.
+    hotwords: tuple[Hotword, ...] = ()
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
+        object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
         if self.beam_size is not None and self.temperature > 0:
             raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "
                              "(sample with beam_size=None)")
@@ -131,6 +213,14 @@ class DecodeOptions:
     def num_decode_rows(self) -> int:
         """Decode rows (and self-attention caches) a request with these options holds while it decodes."""
         return self.beam_size or 1
+
+
+def word_search_fields(options: DecodeOptions | TranscribeOptions, keep: bool = True) -> dict[str, Any]:
+    """The fields that steer a beam search beyond its size (lm, lexicon, lm_weight, word_bonus, hotwords) to
+    pass on, or (``keep=False``) their defaults, for a window that samples instead of searching."""
+    fields = {"lm": options.lm, "lexicon": options.lexicon, "lm_weight": options.lm_weight,
+              "word_bonus": options.word_bonus}
+    return {**fields, "hotwords": options.hotwords} if keep else {**dict.fromkeys(fields), "hotwords": ()}
 
 
 @dataclass(frozen=True)

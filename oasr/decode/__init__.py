@@ -21,6 +21,7 @@ DECODE_STRATEGIES: Registry[type] = Registry(
         "ctc_greedy": "oasr.decode.ctc_greedy",
         "ctc_prefix_beam": "oasr.decode.ctc_prefix_beam",
         "hf_beam": "oasr.decode.hf_beam",
+        "transducer_beam": "oasr.decode.transducer_beam",
         "transducer_greedy": "oasr.decode.transducer_greedy",
         "tdt_greedy": "oasr.decode.transducer_greedy",
     },

@@ -22,9 +22,17 @@ class EncoderOutput:
 class DecodeStrategy:
     runner: ClassVar[str]  # the runner kind that drives it: "autoregressive" or "frame_sync"
     searches: ClassVar[bool] = False  # serves DecodeOptions.beam_size
+    # Serves DecodeOptions' word-level fields (lm, lexicon, lm_weight, word_bonus) through ``with_words``.
+    fuses_lm: ClassVar[bool] = False
+    biases: ClassVar[bool] = False  # serves DecodeOptions.hotwords (``for_beam(..., hotwords, contexts)``)
     graph_capturable: ClassVar[bool] = False  # takes ``cuda_graphs=`` and replays captured steps
 
     @classmethod
-    def for_beam(cls, beam_size: int) -> DecodeStrategy:
+    def for_beam(cls, beam_size: int, hotwords: tuple = (), contexts=None) -> DecodeStrategy:
         """A searching strategy for requests of ``beam_size`` (frame-synchronous runners build one per size)."""
         raise NotImplementedError(f"{cls.__name__} does not search")
+
+    @staticmethod
+    def with_words(resources, beam_size: int, lm_weight: float | None, word_bonus: float | None):
+        """A word-level search (``fuses_lm`` strategies) for requests that name a lexicon or language model."""
+        raise NotImplementedError("this strategy has no word-level search")

@@ -21,16 +21,23 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
+from oasr.decode.ctc_lexicon_beam import CTCLexiconBeam, LexiconBeamOptions, WordResources
+from oasr.types import Hotword
+from oasr.decode.hotwords import ContextGraph, ContextGraphCache
 from oasr.decode.pending import LaunchesEagerly
 
 # Two hashes modulo primes below 2^31: products stay inside int64, and a false merge needs both to collide.
 _HASH_MODULI = (2_147_483_647, 1_000_000_007)
 _HASH_BASES = (1_000_003, 998_244_353)
+# The language model's weight when a request names none: a middling value to start from; the best weight depends
+# on the model and the LM, and is found on held-out speech.
+DEFAULT_LM_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
 class CTCPrefixBeamOptions:
     beam_size: int = 4
+    hotwords: tuple[Hotword, ...] = ()  # phrases to boost (``oasr.decode.hotwords``)
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -40,7 +47,8 @@ class CTCPrefixBeamOptions:
 @dataclass
 class _Beams:
     """Per row and beam, [B, K]: prefix scores, last label (-1: empty prefix), prefix length; hashes [B, K, 2]
-    of the prefix and of the prefix without its last label."""
+    of the prefix and of the prefix without its last label; the hotword automaton's state and the boost the
+    prefix has earned (a function of the prefix, so merged beams agree on both)."""
 
     pb: torch.Tensor
     pnb: torch.Tensor
@@ -48,6 +56,8 @@ class _Beams:
     length: torch.Tensor
     hash: torch.Tensor
     parent_hash: torch.Tensor
+    context_state: torch.Tensor
+    context_score: torch.Tensor
 
     @classmethod
     def empty(cls, batch: int, beam: int, device: torch.device) -> _Beams:
@@ -61,6 +71,8 @@ class _Beams:
             length=torch.zeros(batch, beam, dtype=torch.long, device=device),
             hash=hashes,
             parent_hash=hashes - 1,  # no prefix hashes to -1: the empty prefix has no parent
+            context_state=torch.zeros(batch, beam, dtype=torch.long, device=device),
+            context_score=torch.zeros(batch, beam, device=device),
         )
 
     @property
@@ -83,9 +95,10 @@ class _Constants:
 
 
 def _step(
-    beams: _Beams, frame: torch.Tensor, blank_id: int, const: _Constants
+    beams: _Beams, frame: torch.Tensor, blank_id: int, const: _Constants, context: ContextGraph | None = None
 ) -> tuple[_Beams, torch.Tensor, torch.Tensor]:
-    """One frame. frame: [B, V] log-probs -> (new beams, parent [B, K], appended label [B, K] or -1)."""
+    """One frame. frame: [B, V] log-probs -> (new beams, parent [B, K], appended label [B, K] or -1). With
+    ``context``, beams are ranked by their score plus their hotword boost; the scores themselves stay acoustic."""
     b, k = beams.pb.shape
     v = frame.shape[1]
     total, live = beams.total, beams.total > float("-inf")
@@ -108,7 +121,13 @@ def _step(
     extend = extend.masked_fill(taken, float("-inf"))
 
     candidates = torch.cat([torch.logaddexp(stay_pb, stay_pnb), extend.reshape(b, k * v)], dim=1)
-    scores, index = candidates.topk(k, dim=1)
+    if context is None:
+        scores, index = candidates.topk(k, dim=1)
+    else:
+        boost = torch.cat([beams.context_score, (beams.context_score[..., None]
+                                                 + context.gain[beams.context_state]).reshape(b, k * v)], dim=1)
+        _, index = (candidates + boost).topk(k, dim=1)
+        scores = candidates.gather(1, index)
     extended = index >= k
     parent = torch.where(extended, (index - k) // v, index)
     label = torch.where(extended, (index - k) % v, -1)
@@ -123,7 +142,14 @@ def _step(
         length=beams.length.gather(1, parent) + extended.long(),
         hash=torch.where(ext, new_hash, parent_hash),
         parent_hash=torch.where(ext, parent_hash, beams.parent_hash.gather(1, parent[..., None].expand(b, k, 2))),
+        context_state=beams.context_state.gather(1, parent),
+        context_score=beams.context_score.gather(1, parent),
     )
+    if context is not None:
+        added = label.clamp(min=0)
+        new.context_score = torch.where(extended, new.context_score + context.gain[new.context_state, added],
+                                        new.context_score)
+        new.context_state = torch.where(extended, context.next_state[new.context_state, added], new.context_state)
     return new, parent, label
 
 
@@ -137,12 +163,14 @@ def _freeze(done: torch.Tensor, old: _Beams, new: _Beams) -> _Beams:
 
 
 def prefix_beam_search(
-    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, beam_size: int
+    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, beam_size: int,
+    context: ContextGraph | None = None,
 ) -> tuple[list[list[int]], torch.Tensor]:
     """log_probs: [B, T, V]; lengths: [B] -> (best label sequence per row, its score [B]).
 
     The score sums the alignments the beams kept: the sequence's CTC log-likelihood when nothing was pruned,
-    a lower bound of it otherwise.
+    a lower bound of it otherwise. With ``context`` (hotwords) the best is the one whose score plus the boost of
+    its completed phrases is highest; the score returned is still the acoustic one.
     """
     b, t, v = log_probs.shape
     device = log_probs.device
@@ -153,12 +181,16 @@ def prefix_beam_search(
     parents = torch.empty(t, b, beam_size, dtype=torch.long, device=device)
     labels = torch.empty_like(parents)
     for frame_index in range(t):
-        new, parent, label = _step(beams, log_probs[:, frame_index].float(), blank_id, const)
+        new, parent, label = _step(beams, log_probs[:, frame_index].float(), blank_id, const, context)
         done = frame_index >= lengths
         beams = _freeze(done, beams, new)
         parents[frame_index] = torch.where(done[:, None], stay_put, parent)
         labels[frame_index] = torch.where(done[:, None], -1, label)
-    scores, beam = beams.total.max(dim=1)
+    rank = beams.total
+    if context is not None:  # an unfinished phrase gives its boost back
+        rank = rank + beams.context_score - context.pending[beams.context_state]
+    beam = rank.argmax(dim=1)
+    scores = beams.total.gather(1, beam[:, None]).squeeze(1)
     rows = torch.arange(b, device=device)
     path = torch.empty(t, b, dtype=torch.long, device=device)
     for frame_index in reversed(range(t)):
@@ -172,18 +204,37 @@ def prefix_beam_search(
 class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
     searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
+    fuses_lm: ClassVar[bool] = True  # and its lm, lexicon, lm_weight, word_bonus (oasr.decode.ctc_lexicon_beam)
+    biases: ClassVar[bool] = True  # and its hotwords
 
-    def __init__(self, options: CTCPrefixBeamOptions | None = None) -> None:
+    def __init__(self, options: CTCPrefixBeamOptions | None = None, contexts: ContextGraphCache | None = None) -> None:
         self.options = options or CTCPrefixBeamOptions()
+        if self.options.hotwords and contexts is None:
+            raise ValueError("hotwords need the runner's ContextGraphCache (contexts)")
+        self.contexts = contexts
 
     @classmethod
-    def for_beam(cls, beam_size: int) -> CTCPrefixBeam:
-        return cls(CTCPrefixBeamOptions(beam_size=beam_size))
+    def for_beam(cls, beam_size: int, hotwords: tuple[Hotword, ...] = (),
+                 contexts: ContextGraphCache | None = None) -> CTCPrefixBeam:
+        return cls(CTCPrefixBeamOptions(beam_size=beam_size, hotwords=hotwords), contexts)
+
+    @staticmethod
+    def with_words(resources: WordResources, beam_size: int, lm_weight: float | None,
+                   word_bonus: float | None) -> CTCLexiconBeam:
+        """The lexicon search for requests that name a language model or lexicon (``resources``: loaded)."""
+        options = LexiconBeamOptions(beam_size=beam_size,
+                                     lm_weight=DEFAULT_LM_WEIGHT if lm_weight is None else lm_weight,
+                                     word_bonus=0.0 if word_bonus is None else word_bonus)
+        return CTCLexiconBeam(resources, options)
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the most probable label sequence per row."""
         log_probs = model.ctc_log_probs(encoder_output.hidden)
-        if self.options.beam_size == 1:
+        context = None
+        if self.options.hotwords:
+            context = self.contexts.get(self.options.hotwords, log_probs.shape[-1], log_probs.device)
+        elif self.options.beam_size == 1:
             return greedy_ids(log_probs, encoder_output.lengths, model.blank_id)
-        ids, _ = prefix_beam_search(log_probs, encoder_output.lengths, model.blank_id, self.options.beam_size)
+        ids, _ = prefix_beam_search(log_probs, encoder_output.lengths, model.blank_id, self.options.beam_size,
+                                    context)
         return ids

@@ -3,7 +3,9 @@
 Rows hold no decode state between steps, so there are no slots or KV blocks: a request is finished by the
 step that encodes it. The transducer label loop runs batched on the device inside the strategy. Rows that ask
 for a beam (``beam_size``) are decoded by the architecture's searching strategy (CTC prefix beam search), one
-launch per beam size, beside the greedy rows of the same encoder pass.
+launch per beam size, beside the greedy rows of the same encoder pass; rows that also name a lexicon or language
+model get the word-level search (``oasr.decode.ctc_lexicon_beam``), one launch per distinct set of those options,
+and rows with hotwords a prefix search biased by them, one launch per list.
 
 On CUDA, steps overlap (``overlaps_steps``): ``launch`` queues a step's work and returns with its tokens still on
 their way to the host, and the engine queues the next step before it reads them. The host's share of a step
@@ -20,6 +22,8 @@ import torch
 
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import EncoderOutput
+from oasr.decode.ctc_lexicon_beam import WordResourceCache
+from oasr.decode.hotwords import ContextGraphCache
 from oasr.decode.pending import PendingTokens
 from oasr.engine.config import EngineConfig
 from oasr.engine.contracts import FrameSynchronousModel
@@ -99,6 +103,9 @@ class FrameSyncRunner:
         self.strategy = strategy(cuda_graphs=use_graphs) if strategy.graph_capturable else strategy()
         beam = self.capabilities.beam_strategy
         self._beam_strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
+        # Lexicons and language models that requests name, loaded at their first request's admission.
+        self._words = WordResourceCache(loaded.tokenizer)
+        self._contexts = ContextGraphCache(loaded.tokenizer.encode)  # hotword automata, by list
         self.num_slots = config.scheduler.max_num_seqs
         self.window_samples = WINDOW_SECONDS * 16_000
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
@@ -114,6 +121,11 @@ class FrameSyncRunner:
     def check(self, options: DecodeOptions) -> None:
         check_options(self.capabilities, options, f"{self.loaded.name} ({self.loaded.architecture})")
         self.model.prompt_id(options)  # a value the checkpoint has no prompt for is refused here, not mid-step
+        if options.lm is not None or options.lexicon is not None:
+            if options.hotwords:
+                raise UnsupportedOptionError("hotwords and a lexicon or language model do not combine yet: "
+                                             "the word-level search takes no hotwords")
+            self._words.get(options.lm, options.lexicon)  # a missing or unreadable file is refused here
 
     def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
         return self.prompt_len
@@ -158,11 +170,12 @@ class FrameSyncRunner:
 
     def _launch_strategies(self, batch: list[Request], encoded: EncoderOutput) -> list[tuple[list[int], PendingTokens]]:
         """The default strategy over the greedy rows, the searching one over each beam size's rows."""
-        by_beam: dict[int | None, list[int]] = {}
+        by_search: dict[tuple, list[int]] = {}
         for i, request in enumerate(batch):
-            by_beam.setdefault(request.options.beam_size, []).append(i)
+            o = request.options
+            by_search.setdefault((o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.hotwords), []).append(i)
         launches = []
-        for beam_size, members in by_beam.items():
+        for (beam_size, lm, lexicon, lm_weight, word_bonus, hotwords), members in by_search.items():
             if len(members) == len(batch):
                 part = encoded
             else:
@@ -170,7 +183,10 @@ class FrameSyncRunner:
                 part = EncoderOutput(encoded.hidden.index_select(0, index), encoded.lengths.index_select(0, index))
             if beam_size is None:
                 launches.append((members, self.strategy.launch(self.model, part)))
+            elif lm is not None or lexicon is not None:
+                search = self._beam_strategy.with_words(self._words.get(lm, lexicon), beam_size, lm_weight, word_bonus)
+                launches.append((members, search.launch(self.model, part)))
             else:
-                search = self._beam_strategy.for_beam(beam_size)
+                search = self._beam_strategy.for_beam(beam_size, hotwords, self._contexts)
                 launches.append((members, search.launch(self.model, part)))
         return launches

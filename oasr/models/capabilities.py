@@ -29,6 +29,8 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "temperature": ("temperature",),
     "min_new_tokens": ("min_new_tokens",),
     "beam_size": ("beam_size", "patience", "length_penalty"),
+    "language_model": ("lm", "lexicon", "lm_weight", "word_bonus"),
+    "hotwords": ("hotwords",),
 }
 _ALWAYS_SERVED = ("max_new_tokens", "task")  # task is checked against ``tasks``
 
@@ -74,8 +76,9 @@ class ModelCapabilities:
         if not self.decode_strategies:
             raise ValueError("an architecture needs at least one decode strategy")
         unknown = sorted(set(self.options) - set(OPTION_FIELDS))
-        if unknown or "beam_size" in self.options:
-            raise ValueError(f"unknown or strategy-served options declared: {unknown or ['beam_size']}")
+        served_by_strategies = {"beam_size", "language_model", "hotwords"} & set(self.options)
+        if unknown or served_by_strategies:
+            raise ValueError(f"unknown or strategy-served options declared: {unknown or sorted(served_by_strategies)}")
         if self.word_timing != (self.aligner is not None):
             raise ValueError("word_timing and aligner go together: an architecture that times words names its aligner")
         if "parallel" not in self.long_form or not set(self.long_form) <= set(LONG_FORM_MODES):
@@ -96,7 +99,13 @@ class ModelCapabilities:
 
     @property
     def served_options(self) -> frozenset[str]:
-        return self.options | ({"beam_size"} if self.beam_strategy is not None else set())
+        from oasr.decode import DECODE_STRATEGIES
+
+        beam = self.beam_strategy
+        strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
+        by_strategy = {"beam_size": strategy is not None, "language_model": strategy is not None and strategy.fuses_lm,
+                       "hotwords": strategy is not None and strategy.biases}
+        return self.options | {key for key, served in by_strategy.items() if served}
 
     def strategy_for(self, options: DecodeOptions) -> str:
         """The strategy that decodes a request with ``options`` (check them first)."""

@@ -64,6 +64,9 @@ def internal_error() -> APIError:
 MAX_BEAM_SIZE = 16  # a beam takes one decode row per hypothesis; wider beams would crowd out other requests
 
 
+MAX_HOTWORDS_CHARS = 10_000  # a few hundred phrases: the automaton is compiled per distinct list
+
+
 class TranslationParams(BaseModel):
     """The form fields of ``POST /v1/audio/translations`` (besides ``file``). Unknown fields are refused."""
 
@@ -81,6 +84,8 @@ class TranslationParams(BaseModel):
     beam_size: int | None = Field(default=None, ge=1, le=MAX_BEAM_SIZE)
     patience: float | None = Field(default=None, gt=0.0, le=MAX_BEAM_SIZE)
     length_penalty: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Hotwords for a beam search, "phrase[:boost],..." (not "@FILE": a client names no file on the server).
+    hotwords: str | None = Field(default=None, max_length=MAX_HOTWORDS_CHARS)
 
 
 class TranscriptionParams(TranslationParams):

@@ -67,7 +67,8 @@ from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
 from oasr.serving.verbose import verbose_language, verbose_segments, verbose_words
-from oasr.types import DecodeOptions, FallbackOptions, Task, Transcription
+from oasr.types import (DecodeOptions, FallbackOptions, Hotword, HotwordsError, Task, Transcription,
+                        parse_hotwords)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -236,9 +237,9 @@ class OpenAIServingTranscription:
             options = DecodeOptions(language=language, target_language=target, task=task, timestamps=timestamps,
                                     temperature=params.temperature, prompt=params.prompt or None,
                                     beam_size=params.beam_size, patience=params.patience,
-                                    length_penalty=params.length_penalty)
+                                    length_penalty=params.length_penalty, hotwords=inline_hotwords(params.hotwords))
         except ValueError as exc:  # options that contradict each other (a beam with sampling, patience alone)
-            param = next((name for name in ("beam_size", "patience", "length_penalty")
+            param = next((name for name in ("hotwords", "beam_size", "patience", "length_penalty")
                           if getattr(params, name) is not None), None)
             raise APIError(400, f"{exc}.", param=param, code="invalid_value") from None
         try:
@@ -261,7 +262,8 @@ class OpenAIServingTranscription:
                   "temperature": replace(plain, temperature=options.temperature),
                   "timestamp_granularities": replace(plain, timestamps=options.timestamps),
                   "beam_size": replace(plain, beam_size=options.beam_size, patience=options.patience,
-                                       length_penalty=options.length_penalty)}
+                                       length_penalty=options.length_penalty),
+                  "hotwords": replace(plain, beam_size=options.beam_size, hotwords=options.hotwords)}
         refused = None
         if await self._serves(plain):  # else the task itself is refused (an English-only model translating)
             for field, alone in fields.items():
@@ -274,6 +276,7 @@ class OpenAIServingTranscription:
             "temperature": f"{model} decodes greedily only; 'temperature' must be 0.",
             "timestamp_granularities": f"{model} gives no segment timestamps; leave out 'timestamp_granularities'.",
             "beam_size": f"{model} has no beam search; send the request without 'beam_size'.",
+            "hotwords": f"{model} takes no hotwords; send the request without 'hotwords'.",
             "target_language": f"{model} cannot write target_language {options.target_language!r}.",
         }.get(refused, str(exc))
         return APIError(400, message, param=refused, code="unsupported_option")
@@ -509,3 +512,15 @@ class OpenAIServingTranscription:
                             code="engine_unavailable")
         log.error("transcription failed", exc_info=exc)
         return internal_error()
+
+
+def inline_hotwords(spec: str | None) -> tuple[Hotword, ...]:
+    """The form's hotword list, inline only (a ValueError, turned into a 400, for "@FILE" or a bad entry)."""
+    if spec is None or not spec.strip():
+        return ()
+    if spec.lstrip().startswith("@"):
+        raise ValueError("hotwords are sent inline ('phrase[:boost],...'); a file on the server cannot be named")
+    try:
+        return parse_hotwords(spec)
+    except HotwordsError as exc:
+        raise ValueError(str(exc)) from None

@@ -31,7 +31,7 @@ from oasr.models.capabilities import ModelCapabilities, capabilities_of
 from oasr.models.loader import LoadedModel
 from oasr.transcription.spans import (  # noqa: F401 (Span and to_samples: offline's names too)
     AudioInput, Span, SpanPlanner, describe, fixed_spans, long_audio_detector, split_windows, to_samples)
-from oasr.types import DecodeOptions, Transcription, TranscribeOptions
+from oasr.types import DecodeOptions, Transcription, TranscribeOptions, word_search_fields
 
 _DECODE_THREADS = 4
 _DECODE_LOOKAHEAD = 64
@@ -93,7 +93,8 @@ class OfflineTranscriber:
                                             punctuation=options.punctuation,
                                             timestamps=options.timestamps, prompt=options.prompt,
                                             beam_size=options.beam_size, patience=options.patience,
-                                            length_penalty=options.length_penalty)
+                                            length_penalty=options.length_penalty,
+                                            **word_search_fields(options))
         self.engine.runner.check(self.decode_options)  # refuse what the model cannot do before reading any input
         self.window = self.engine.runner.window_samples
         self.long_form_timestamps = self._serves_timestamps()

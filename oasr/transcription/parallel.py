@@ -41,7 +41,7 @@ from oasr.engine.request import FinishReason, RequestOutput
 from oasr.transcription.results import DecodedWindow, segment_of, timestamp_begin_of, window_spans
 from oasr.transcription.segments import HOP_SAMPLES, TokenSpan, compression_ratio, split_window
 from oasr.transcription.fallback import HIGH_TEMPERATURE, is_silence, needs_fallback
-from oasr.types import DecodeOptions, FallbackOptions, Segment
+from oasr.types import DecodeOptions, FallbackOptions, Segment, word_search_fields
 
 SILENT_AMPLITUDE = 1 / 32768  # one step of 16-bit PCM: quieter audio holds no recorded sound
 
@@ -151,9 +151,11 @@ class WindowCover:
             return None
         base, temperature = self.plan.options, self._temperature()
         search = temperature == 0 and base.beam_size is not None
+        # Word-level fields go with the beam: a sampled window drops them as it drops beam_size.
         options = replace(base, temperature=temperature, beam_size=base.beam_size if search else None,
                           patience=base.patience if search else None,
-                          length_penalty=base.length_penalty if search else None)
+                          length_penalty=base.length_penalty if search else None,
+                          **word_search_fields(base, keep=search))
         if self.cursor > self.start:  # a follow-up: the window's language, conditioned on its text so far
             previous = tuple(self.previous) if self.plan.condition_on_previous_text else ()
             options = replace(options, language=self.language, prompt=None,

@@ -67,7 +67,7 @@ class ParakeetForRNNT(FrameSyncModel):
     config_class: ClassVar[type] = ParakeetRNNTConfig
     feature_extractor = "nemo_logmel"
     tokenizer = "parakeet_hf_json"
-    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("transducer_greedy",))
+    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("transducer_greedy", "transducer_beam"))
     tied_keys: ClassVar[dict[str, str]] = {}
     # Built from config.encoder_config; a variant with the same heads names its own encoder here.
     encoder_class: ClassVar[type[nn.Module]] = FastConformerEncoder

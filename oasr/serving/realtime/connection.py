@@ -74,7 +74,7 @@ from oasr.serving.realtime.session import (
     TurnBuffer,
 )
 from oasr.serving.realtime.vad import DetectorHandle, StreamScorer, UnavailableVADError
-from oasr.serving.serving import OpenAIServingTranscription
+from oasr.serving.serving import OpenAIServingTranscription, inline_hotwords
 from oasr.streaming.types import StreamCapacityError, StreamOptions
 from oasr.types import DecodeOptions
 
@@ -83,6 +83,9 @@ _UPDATES = ("session.update", "transcription_session.update")
 # An event too large or unreadable may still name itself near either end; the error then says which it was.
 _EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
 _PEEK_CHARS = 512
+
+# The beam a turn with hotwords is searched with (a session has no beam_size of its own).
+HOTWORD_BEAM_SIZE = 4
 
 
 def _peeked_event_id(text: str) -> str | None:
@@ -406,6 +409,7 @@ class RealtimeConnection:
                 await self.serving.engine.check(DecodeOptions(**{name: getattr(config, name) or None}))
             except UnsupportedOptionError as exc:
                 raise ProtocolError(str(exc), code="unsupported_option", param=f"{param}.{name}") from None
+        await self._check_hotwords(config, f"{param}.hotwords")
         if config.turn_detection != self.config.turn_detection:
             await self._start_vad(config)
         if config.audio_format != self.config.audio_format:
@@ -434,8 +438,27 @@ class RealtimeConnection:
         if self.scorer is not None:
             self.scorer = await asyncio.to_thread(self.service.detector.stream)
 
+    async def _check_hotwords(self, config: SessionConfig, param: str) -> None:
+        """Refuses a hotword list that does not parse, or that this model's turns cannot use."""
+        try:
+            hotwords = inline_hotwords(config.hotwords)
+        except ValueError as exc:
+            raise ProtocolError(f"{exc}.", code="invalid_value", param=param) from None
+        if not hotwords:
+            return
+        if self.streaming:
+            raise ProtocolError("This model streams its turns, decoded greedily: it takes no hotwords.",
+                                code="unsupported_option", param=param)
+        try:
+            await self.serving.engine.check(DecodeOptions(beam_size=HOTWORD_BEAM_SIZE, hotwords=hotwords))
+        except UnsupportedOptionError as exc:
+            raise ProtocolError(str(exc), code="unsupported_option", param=param) from None
+
     def _options(self, config: SessionConfig) -> DecodeOptions:
-        return DecodeOptions(language=config.language or None, prompt=config.prompt or None)
+        # Hotwords steer a beam search: a session that sends them has its turns searched (checked in _update).
+        hotwords = inline_hotwords(config.hotwords)
+        return DecodeOptions(language=config.language or None, prompt=config.prompt or None,
+                             beam_size=HOTWORD_BEAM_SIZE if hotwords else None, hotwords=hotwords)
 
     # ------------------------------------------------------------------ streamed turns
 

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from oasr.serving.protocol import MAX_HOTWORDS_CHARS
 from oasr.serving.realtime.audio import AudioFormat
 from oasr.serving.realtime.session import TurnDetection
 
@@ -51,6 +52,8 @@ class SessionConfig:
     language: str | None = None
     prompt: str | None = None
     turn_detection: TurnDetection | None = TurnDetection()  # OpenAI's default: server VAD
+    # OASR's extension: "phrase[:boost],..." favoured by a beam search of each committed turn (oasr.decode.hotwords).
+    hotwords: str | None = None
 
 
 class _Open(BaseModel):
@@ -61,6 +64,7 @@ class _Transcription(_Open):
     model: str | None = None
     language: str | None = None
     prompt: str | None = None
+    hotwords: str | None = Field(default=None, max_length=MAX_HOTWORDS_CHARS)
 
 
 class _TurnDetection(_Open):

@@ -1,0 +1,89 @@
+"""Hotwords (context biasing): phrases whose tokens a beam search rewards as a hypothesis spells them.
+
+The phrases, as token sequences, make an Aho-Corasick automaton (a trie with failure links), flattened into a
+table of transitions over the whole vocabulary so that a search advances every hypothesis with one gather, as
+icefall's and sherpa-onnx's ``ContextGraph`` do on the host. A hypothesis earns a phrase's boost for each token
+of it that it spells; when the next token breaks the match it falls back along the failure links and gives back
+the boost of the tokens it no longer matches; a completed phrase keeps its boost and matching starts again at
+the root. At the end of the search an unfinished match gives its boost back, so only whole phrases count.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from oasr.types import Hotword, HotwordsError
+
+@dataclass(frozen=True)
+class ContextGraph:
+    """The automaton as tables on a device, state 0 the root. ``next_state``: [S, V] int64, the state after a
+    token; ``gain``: [S, V] float32, the score that token adds (negative when it breaks a match); ``pending``:
+    [S] float32, the boost an unfinished match in that state holds (given back at the end)."""
+
+    next_state: torch.Tensor
+    gain: torch.Tensor
+    pending: torch.Tensor
+
+    @classmethod
+    def build(cls, phrases: Sequence[tuple[Sequence[int], float]], vocab_size: int,
+              device: torch.device | str = "cpu") -> ContextGraph:
+        """phrases: (token ids, boost per token) each."""
+        children: list[dict[int, int]] = [{}]
+        token_boost = [0.0]  # what each state's token adds; phrases sharing a prefix share the larger boost
+        is_end = [False]
+        for tokens, boost in phrases:
+            node = 0
+            for token in tokens:
+                if not 0 <= token < vocab_size:
+                    raise HotwordsError(f"hotword token {token} is outside the model's {vocab_size} tokens")
+                nxt = children[node].get(token)
+                if nxt is None:
+                    nxt = children[node][token] = len(children)
+                    children.append({})
+                    token_boost.append(boost)
+                    is_end.append(False)
+                token_boost[nxt] = max(token_boost[nxt], boost)
+                node = nxt
+            is_end[node] = True
+        num_states = len(children)
+        held = [0.0] * num_states  # boost accumulated from the root to each state
+        goto = [[0] * vocab_size for _ in range(num_states)]
+        fail = [0] * num_states
+        order = deque([0])
+        while order:  # breadth first: a state's failure state is complete before its children are visited
+            state = order.popleft()
+            for token in range(vocab_size):
+                child = children[state].get(token)
+                if child is None:
+                    goto[state][token] = goto[fail[state]][token] if state else 0
+                    continue
+                goto[state][token] = child
+                fail[child] = goto[fail[state]][token] if state else 0
+                held[child] = held[state] + token_boost[child]
+                order.append(child)
+        target = torch.tensor(goto, dtype=torch.long)
+        held_t = torch.tensor(held, dtype=torch.float32)
+        gain = held_t[target] - held_t[:, None]
+        # A completed phrase keeps its boost: matching starts over at the root.
+        next_state = torch.where(torch.tensor(is_end)[target], 0, target)
+        return cls(next_state.to(device), gain.to(device), held_t.to(device))
+
+
+class ContextGraphCache:
+    """The automata one runner has compiled, by hotword list, vocabulary size and device: a server's clients
+    tend to send the same list with every request."""
+
+    def __init__(self, encode) -> None:
+        self.encode = encode  # the model tokenizer's text -> token ids
+        self._graphs: dict[tuple, ContextGraph] = {}
+
+    def get(self, hotwords: tuple[Hotword, ...], vocab_size: int, device: torch.device) -> ContextGraph:
+        key = (hotwords, vocab_size, str(device))
+        if key not in self._graphs:
+            phrases = [(self.encode(h.phrase), h.boost) for h in hotwords]
+            self._graphs[key] = ContextGraph.build([p for p in phrases if p[0]], vocab_size, device)
+        return self._graphs[key]

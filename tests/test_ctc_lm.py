@@ -1,0 +1,218 @@
+"""Word-level CTC beam search (lexicon + n-gram LM) against flashlight-text's LexiconDecoder, the search
+torchaudio's ``ctc_decoder`` runs, on log-probs of a tiny random Parakeet CTC model over shared clips; then the
+same search through the engine, the Python API and the CLI, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import oasr
+from oasr.cli import main
+from oasr.decode.ctc_lexicon_beam import LexiconBeamOptions, LexiconBeamSearch
+from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM
+from oasr.engine.config import EngineConfig
+from oasr.engine.engine import ASREngine
+from oasr.errors import UnsupportedOptionError
+from oasr.models.capabilities import capabilities_of, check_options
+from oasr.models.loader import from_pretrained
+from oasr.models.whisper.model import WhisperForConditionalGeneration
+from oasr.types import DecodeOptions
+from parakeet_reference import build_reference, write_tokenizer
+from speech_data import audio_path, clips, manifest_entries
+
+kenlm = pytest.importorskip("kenlm")
+fl = pytest.importorskip("flashlight.lib.text.decoder")
+
+CLIP_IDS = ("ps_librivox_0880", "ps_librivox_0890", "ps_librivox_0870")
+
+
+def write_bigram_arpa(path: Path, sentences: list[list[str]]) -> Path:
+    """A bigram ARPA file from counts: add-one unigrams (backoff log10 0.5), the seen bigrams at half their
+    relative frequency. Not a tuned model, only a valid one whose scores differ from word to word."""
+    unigrams, bigrams = Counter(), Counter()
+    vocab = ["<s>", "</s>", "<unk>", *sorted({w for s in sentences for w in s})]
+    for sentence in sentences:
+        marked = ["<s>", *sentence, "</s>"]
+        unigrams.update(marked[1:])
+        bigrams.update(zip(marked, marked[1:]))
+    total = sum(unigrams.values()) + len(vocab)
+    contexts = Counter()
+    for (first, _), count in bigrams.items():
+        contexts[first] += count
+    lines = ["\\data\\", f"ngram 1={len(vocab)}", f"ngram 2={len(bigrams)}", "", "\\1-grams:"]
+    for w in vocab:
+        p = -99.0 if w == "<s>" else math.log10((unigrams[w] + 1) / total)
+        lines.append(f"{p:.6f}\t{w}" + ("" if w == "</s>" else f"\t{math.log10(0.5):.6f}"))
+    lines += ["", "\\2-grams:"]
+    lines += [f"{math.log10(0.5 * c / contexts[a]):.6f}\t{a} {b}" for (a, b), c in sorted(bigrams.items())]
+    path.write_text("\n".join([*lines, "", "\\end\\", ""]), encoding="utf-8")
+    return path
+
+
+class KenLMByHistory(fl.LM):
+    """flashlight's LM interface over a kenlm model, with a state per word history (as flashlight's own KenLM
+    wrapper numbers them); ``path=None`` scores every word 0 (a lexicon without a language model)."""
+
+    def __init__(self, path: Path | None, words: tuple[str, ...]) -> None:
+        fl.LM.__init__(self)
+        self.model = kenlm.Model(str(path)) if path is not None else None
+        self.words = words
+        self.states: dict = {}
+
+    def start(self, start_with_nothing: bool):
+        state, ken = fl.LMState(), kenlm.State()
+        if self.model is not None:
+            self.model.BeginSentenceWrite(ken)
+        self.states[state] = ken
+        return state
+
+    def _next(self, state, index: int, word: str):
+        out, ken = state.child(index), kenlm.State()
+        score = 0.0 if self.model is None else self.model.BaseScore(self.states[state], word, ken)
+        self.states[out] = ken
+        return out, score
+
+    def score(self, state, index: int):
+        return self._next(state, index, self.words[index])
+
+    def finish(self, state):
+        return self._next(state, -1, "</s>")
+
+
+def flashlight_best(log_probs: torch.Tensor, blank: int, lexicon: Lexicon, lm_path: Path | None,
+                    options: LexiconBeamOptions) -> tuple[list[int], float]:
+    """log_probs: [T, V] -> (word ids, score) of flashlight's best hypothesis, pruned by the beam alone."""
+    v = log_probs.shape[-1]
+    trie = fl.Trie(v, blank)
+    for word, spelling in enumerate(lexicon.spellings):
+        trie.insert(list(spelling), word, 0.0)
+    trie.smear(fl.SmearingMode.NONE)
+    decoder_options = fl.LexiconDecoderOptions(
+        beam_size=options.beam_size, beam_size_token=v, beam_threshold=1e30, lm_weight=options.lm_weight,
+        word_score=options.word_bonus, unk_score=float("-inf"), sil_score=0.0, log_add=True,
+        criterion_type=fl.CriterionType.CTC)
+    lm = KenLMByHistory(lm_path, lexicon.words)
+    decoder = fl.LexiconDecoder(decoder_options, trie, lm, blank, blank, -1, [], False)
+    emissions = log_probs.float().contiguous()
+    best = decoder.decode(emissions.data_ptr(), emissions.shape[0], v)[0]
+    return [w for w in best.words if w >= 0], best.score
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("ctc_lm_parakeet")
+    build_reference("ctc").save_pretrained(directory)
+    write_tokenizer(directory / "tokenizer.json", "<pad>")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def loaded(model_dir: Path):
+    return from_pretrained(model_dir, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def speech():
+    return clips(CLIP_IDS)
+
+
+@pytest.fixture(scope="module")
+def arpa(tmp_path_factory, speech) -> Path:
+    sentences = [c.text.split() for c in speech] + [["the", "cat", "is", "on", "a", "dog"]]
+    return write_bigram_arpa(tmp_path_factory.mktemp("lm") / "bigram.arpa", sentences)
+
+
+@pytest.fixture(scope="module")
+def log_probs(loaded, speech) -> tuple[torch.Tensor, torch.Tensor]:
+    features, lengths = loaded.features([c.audio for c in speech])
+    with torch.inference_mode():
+        encoded = loaded.model.encode(features, lengths)
+        return loaded.model.ctc_log_probs(encoded.hidden), encoded.lengths
+
+
+@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus",
+                         [(True, 4, 0.5, 0.0), (True, 8, 2.0, 1.5), (False, 8, 0.0, -0.5), (True, 2, 1.0, 3.0)])
+def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech, arpa, log_probs, with_lm,
+                                                                  beam_size, lm_weight, word_bonus) -> None:
+    words = sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a", "dog"})
+    lexicon = Lexicon.spelled(words, loaded.tokenizer)
+    lm = NGramLM(arpa) if with_lm else None
+    options = LexiconBeamOptions(beam_size, lm_weight, word_bonus)
+    lp, lengths = log_probs
+    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(lm, lexicon.words),
+                               loaded.model.blank_id, options)
+    _, got_words, got_scores = search.run(lp, lengths)
+    for row in range(len(speech)):
+        want_words, want_score = flashlight_best(lp[row, : lengths[row]], loaded.model.blank_id, lexicon,
+                                                 arpa if with_lm else None, options)
+        assert got_words[row] == want_words
+        assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6)
+    assert sum(map(len, got_words)) >= 3, "the rows emitted (almost) no words: the comparison could not fail"
+
+
+def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, speech, arpa, log_probs) -> None:
+    lp, lengths = log_probs
+    lexicon = Lexicon.spelled(sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a",
+                                                                                  "dog"}),
+                              loaded.tokenizer)
+    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(NGramLM(arpa), lexicon.words),
+                               loaded.model.blank_id, LexiconBeamOptions(4, 1.0, 0.5))
+    tokens, words, _ = search.run(lp, lengths)
+    results = oasr.transcribe([c.audio for c in speech], loaded, beam_size=4, lm=str(arpa), lm_weight=1.0,
+                              word_bonus=0.5, batch_size=3)
+    assert [r.token_ids for r in results] == tokens
+    # Every emitted word is one of the ARPA file's (the default lexicon); words the LM names are spelled whole.
+    assert [r.text.split() for r in results] == [[lexicon.words[w] for w in row] for row in words]
+    greedy = oasr.transcribe([c.audio for c in speech], loaded, batch_size=3)
+    assert [r.token_ids for r in greedy] != tokens
+
+
+def test_requests_with_and_without_the_lm_decode_side_by_side(loaded, speech, arpa) -> None:
+    """One encode batch holds a word-level request, a plain beam and a greedy one: each gets what it gets alone."""
+    audio = [c.audio for c in speech]
+    kinds = [DecodeOptions(beam_size=4, lm=str(arpa)), DecodeOptions(beam_size=4), DecodeOptions()]
+    engine = ASREngine(loaded, EngineConfig())
+    alone = [next(iter(engine.run([("a", audio[0], o)]))).token_ids for o in kinds]
+    mixed = {out.request_id: out.token_ids for out in engine.run([(str(i), audio[0], o) for i, o in enumerate(kinds)])}
+    assert [mixed[str(i)] for i in range(3)] == alone
+    assert alone[0] != alone[1]
+
+
+def test_the_cli_decodes_with_a_language_model_and_refuses_a_missing_one(model_dir, speech, arpa, tmp_path,
+                                                                        capsys) -> None:
+    wav = audio_path(next(e for e in manifest_entries() if e["id"] == CLIP_IDS[0]))
+    args = ["transcribe", str(wav), "--model", str(model_dir), "--device", "cpu", "--output-format", "jsonl",
+            "--beam-size", "4", "--lm-weight", "1.0", "--word-bonus", "0.5"]
+    assert main([*args, "--lm", str(arpa)]) == 0
+    text = json.loads(capsys.readouterr().out)["text"]
+    assert text and set(text.split()) <= set(Path(arpa).read_text().split())
+    assert main([*args, "--lm", str(tmp_path / "missing.arpa")]) == 2
+    assert "language model file not found" in capsys.readouterr().err
+
+
+def test_a_binary_lm_needs_a_lexicon_and_a_lexicon_alone_steers_the_search(loaded, speech, tmp_path) -> None:
+    fake_binary = tmp_path / "lm.bin"
+    fake_binary.write_bytes(b"not a kenlm file")
+    with pytest.raises(DecodingResourceError, match="cannot read the language model"):
+        oasr.transcribe(speech[0].audio, loaded, beam_size=2, lm=str(fake_binary))
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("the\ncat\ndog\n", encoding="utf-8")
+    text = oasr.transcribe(speech[0].audio, loaded, beam_size=2, lexicon=str(lexicon), word_bonus=2.0)[0].text
+    assert text and set(text.split()) <= {"the", "cat", "dog"}
+
+
+def test_lm_options_are_refused_where_no_search_can_use_them() -> None:
+    with pytest.raises(ValueError, match="give beam_size too"):
+        DecodeOptions(lm="x.arpa")
+    with pytest.raises(ValueError, match="give lm or lexicon too"):
+        DecodeOptions(beam_size=4, lm_weight=0.3)
+    whisper = capabilities_of(WhisperForConditionalGeneration)  # searches, but has no word-level search
+    check_options(whisper, DecodeOptions(beam_size=4), "whisper")
+    with pytest.raises(UnsupportedOptionError, match="option lm "):
+        check_options(whisper, DecodeOptions(beam_size=4, lm="x.arpa"), "whisper")
