@@ -77,8 +77,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="rank beam hypotheses by log-probability / ((5 + length) / 6) ** PENALTY, PENALTY in [0, 1] "
                    "(default: divide by the length)")
     p.add_argument("--diarization-model", default=None, metavar="ID",
-                   help="a diarization checkpoint (directory or Hub id): each segment gets the speaker who talks "
-                   "most within it; needs --output-format diarized_json (OpenAI's shape)")
+                   help="a diarization checkpoint (directory or Hub id): each segment (and each timed word) gets "
+                   "the speaker who talks most within it, segments split where a timed word changes speaker; "
+                   "--output-format diarized_json (OpenAI's shape), json, jsonl, srt or vtt")
     p.add_argument("--output-format", default="txt", choices=(*OUTPUT_FORMATS, "diarized_json"),
                    help="on stdout with several inputs: txt starts each line with the input's name and a colon "
                    "(NAME: text, as grep does), json is one array, jsonl one line per input (with its 'file'); "

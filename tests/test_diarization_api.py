@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import soundfile as sf
 
-from nemotron3_diarization_reference import build_reference, mixture, offline_logits, processor, save_reference
+from nemotron3_diarization_reference import mixture, two_speaker_case
 from oasr.audio import load_audio
 from oasr.cli import main
 from oasr.diarization.rttm import recording_id
@@ -18,17 +17,7 @@ from serving_harness import running_server, small_engine, wav_bytes
 
 @pytest.fixture(scope="module")
 def model_and_audio(tmp_path_factory):
-    root = tmp_path_factory.mktemp("diarize")
-    two = mixture(2)
-    reference = build_reference([two])
-    checkpoint = save_reference(reference, root / "tiny-diarization")
-    wav = root / "two speakers.wav"
-    sf.write(wav, two, 16_000, subtype="PCM_16")
-    audio = load_audio(wav)  # what the command reads: 16-bit samples
-    logits, mask = offline_logits(reference, audio)
-    expected = processor(16).extract_speaker_dict(logits, mask, threshold=0.5)[0]
-    assert len({s["Speaker"] for s in expected}) > 1
-    return checkpoint, wav, expected
+    return two_speaker_case(tmp_path_factory.mktemp("diarize"))
 
 
 def test_diarize_prints_rttm_lines_of_the_reference_segments(model_and_audio, capsys):
@@ -105,44 +94,28 @@ def test_diarization_route_refuses_bad_requests(server):
         assert error["message"] and (code is None or error["code"] == code)
 
 
-def test_a_server_without_a_diarization_model_answers_404():
+def test_a_server_without_a_diarization_model_answers_404_and_refuses_diarized_json():
     from oasr.serving.settings import ServerSettings
 
     engine = small_engine("tiny.en", mode="thread")
+    audio = {"file": ("x.wav", wav_bytes(mixture(2)[:16000]))}
     try:
         with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
             response = httpx.post(f"{url}/v1/audio/diarization", files={"file": ("x.wav", b"RIFF")}, timeout=60)
+            refused = [httpx.post(f"{url}/v1/audio/transcriptions", files=audio, timeout=60,
+                                  data={"model": "tiny.en", "response_format": "diarized_json", **extra})
+                       for extra in ({}, {"stream": "true"})]
+            # the formats that carry speakers on a server with a diarization model are plain ones here
+            plain = httpx.post(f"{url}/v1/audio/transcriptions", files=audio, timeout=60,
+                               data={"model": "tiny.en", "response_format": "vtt"})
         assert response.status_code == 404 and "--diarization-model" in response.json()["error"]["message"]
+        for answer in refused:
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["param"] == "response_format" and "--diarization-model" in error["message"]
+        assert plain.status_code == 200 and "<v " not in plain.text
     finally:
         engine.shutdown()
-
-
-def test_transcribe_with_a_diarization_model_writes_openai_diarized_json(model_and_audio, capsys):
-    import json
-
-    from oasr.diarization.assign import speaker_letter, speaker_of
-    from oasr.diarization.types import SpeakerSegment
-
-    checkpoint, wav, expected = model_and_audio
-    argv = ["transcribe", str(wav), "--model", "tiny.en", "--device", "cpu", "--diarization-model", str(checkpoint),
-            "--output-format", "diarized_json"]
-    assert main(argv) == 0
-    body = json.loads(capsys.readouterr().out)
-    assert set(body) == {"task", "duration", "text", "segments"} and body["task"] == "transcribe"
-    assert body["text"] and body["segments"]
-    activity = [SpeakerSegment(s["Start"], s["End"], s["Speaker"]) for s in expected]
-    for i, seg in enumerate(body["segments"]):
-        assert set(seg) == {"type", "id", "start", "end", "text", "speaker"}
-        assert seg["type"] == "transcript.text.segment" and seg["id"] == f"seg_{i}"
-        assert seg["speaker"] == speaker_letter(speaker_of(seg["start"], seg["end"], activity))
-
-
-def test_diarized_json_and_the_diarization_model_go_together(model_and_audio, capsys):
-    checkpoint, wav, _ = model_and_audio
-    assert main(["transcribe", str(wav), "--output-format", "diarized_json"]) == 2
-    assert "go together" in capsys.readouterr().err
-    assert main(["transcribe", str(wav), "--diarization-model", str(checkpoint)]) == 2
-    assert "go together" in capsys.readouterr().err
 
 
 def test_each_span_takes_the_speaker_who_talks_most_within_it():

@@ -22,7 +22,6 @@ from starlette.responses import JSONResponse
 from oasr.engine.config import EngineConfig
 from oasr.serving.auth import KeyedDocumentsMiddleware
 from oasr.serving.connections import uvicorn_config
-from oasr.serving.diarization import DiarizationService
 from oasr.hosting.engine_client import EngineClient
 from oasr.serving.hosts import AllowedHostsMiddleware
 from oasr.serving.lifecycle import ServerLifecycle
@@ -49,9 +48,9 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     app.state.realtime = RealtimeService(app.state.serving)  # /v1/realtime's sessions, beside the uploads
     app.state.lifecycle = ServerLifecycle(app.state.serving)  # what /health says; the server drains it
     app.state.created = int(time.time())
-    # /v1/audio/diarization's model, an engine object of its own beside the core (oasr.serving.diarization)
-    app.state.diarization = (DiarizationService(settings.diarization_model, settings.diarization_device)
-                             if settings.diarization_model else None)
+    # --diarization-model's engine object beside the core (oasr.serving.diarization): /v1/audio/diarization
+    # and the speakers of transcriptions share it
+    app.state.diarization = app.state.serving.diarization
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)
     app.add_middleware(KeyedDocumentsMiddleware, keys=settings.api_keys)  # /openapi.json: the key, as /v1

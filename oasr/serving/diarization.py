@@ -24,7 +24,7 @@ from oasr.serving.upload import read_form, split_form
 
 if TYPE_CHECKING:
     from oasr.diarization.offline import OfflineDiarizer
-    from oasr.diarization.types import Diarization
+    from oasr.diarization.types import Diarization, SpeakerSegment
     from oasr.serving.settings import ServerSettings
 
 _FIELDS = ("model", "threshold")
@@ -51,7 +51,7 @@ class DiarizationService:
         self._lock = threading.Lock()
         self._diarizer: OfflineDiarizer | None = None
 
-    def diarize(self, audio, source: str, threshold: float) -> Diarization:
+    def diarize(self, audio, source: str, threshold: float = 0.5) -> Diarization:
         from oasr.diarization.loader import load_diarizer
         from oasr.diarization.offline import OfflineDiarizer
 
@@ -60,6 +60,21 @@ class DiarizationService:
                 self._diarizer = OfflineDiarizer(load_diarizer(self.model, device=self.device))
             self._diarizer.threshold = threshold
             return self._diarizer.diarize([audio], [source])[0]
+
+
+async def diarize_within(service: DiarizationService, audio, source: str, deadline: float
+                         ) -> tuple[SpeakerSegment, ...]:
+    """Who speaks when in ``audio`` (a transcription's speakers), on a worker thread, by the event loop's
+    ``deadline`` (``TimeoutError`` after it). A model that fails to load is the server's fault: a 500 that
+    says so."""
+    timeout = deadline - asyncio.get_running_loop().time()
+    if timeout <= 0:
+        raise TimeoutError
+    try:
+        result = await asyncio.wait_for(asyncio.to_thread(service.diarize, audio, source), timeout)
+    except OASRError as exc:
+        raise APIError(500, f"The diarization model could not be loaded: {exc}", type="server_error") from None
+    return result.segments
 
 
 def _threshold(fields: dict[str, object]) -> float:

@@ -1,0 +1,172 @@
+"""Speakers on transcripts: ``oasr serve --model tiny.en --diarization-model TINY`` answers ``diarized_json``
+(streamed too), ``verbose_json``, srt and vtt with speakers, and ``oasr transcribe --diarization-model`` writes the
+same. The speakers checked against are transformers' own segments of the two-speaker mixture
+(``extract_speaker_dict``), not OASR's: each word takes the reference speaker talking most within it, each
+segment likewise, and a segment splits into speaker turns where its words change speaker."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from nemotron3_diarization_reference import two_speaker_case
+from oasr.cli import main
+from oasr.diarization.assign import segment_turns, speaker_letter, speaker_of
+from oasr.diarization.types import SpeakerSegment
+from oasr.serving.app import build_app
+from oasr.types import Segment, Word
+from serving_harness import running_server, small_engine
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    checkpoint, wav, expected = two_speaker_case(tmp_path_factory.mktemp("diarized"))
+    activity = [SpeakerSegment(s["Start"], s["End"], s["Speaker"]) for s in expected]
+    return checkpoint, wav, activity
+
+
+@pytest.fixture(scope="module")
+def server(case):
+    from oasr.serving.settings import ServerSettings
+
+    checkpoint, _, _ = case
+    engine = small_engine("tiny.en", mode="thread")
+    try:
+        settings = ServerSettings(served_model_name="tiny.en", diarization_model=str(checkpoint),
+                                  diarization_device="cpu")
+        with running_server(build_app(engine, settings)) as url:
+            yield url
+    finally:
+        engine.shutdown()
+
+
+def post(server, wav, **fields) -> httpx.Response:
+    response = httpx.post(f"{server}/v1/audio/transcriptions", files={"file": (wav.name, wav.read_bytes())},
+                          data={"model": "tiny.en", **fields}, timeout=180)
+    assert response.status_code == 200, response.text
+    return response
+
+
+@pytest.fixture(scope="module")
+def words(server, case):
+    """The transcript's words with the server's speakers (verbose_json, word granularity)."""
+    _, wav, _ = case
+    body = post(server, wav, response_format="verbose_json", **{"timestamp_granularities[]": "word"}).json()
+    return body["words"]
+
+
+@pytest.fixture(scope="module")
+def diarized(server, case):
+    _, wav, _ = case
+    return post(server, wav, response_format="diarized_json").json()
+
+
+def expected_turns(words: list[dict], activity) -> list[tuple[str, str]]:
+    """(speaker, text) of each run of words with one reference speaker."""
+    runs: list[tuple[str, list[str]]] = []
+    for w in words:
+        speaker = speaker_letter(speaker_of(w["start"], w["end"], activity))
+        if not runs or runs[-1][0] != speaker:
+            runs.append((speaker, []))
+        runs[-1][1].append(w["word"])
+    return [(speaker, " ".join(ws)) for speaker, ws in runs]
+
+
+def test_each_word_and_verbose_segment_gets_the_reference_speaker(server, case, words):
+    _, wav, activity = case
+    assert len(words) > 5
+    for w in words:
+        assert w["speaker"] == speaker_letter(speaker_of(w["start"], w["end"], activity)), w
+    assert len({w["speaker"] for w in words}) > 1  # the random model hears several speakers
+    body = post(server, wav, response_format="verbose_json").json()
+    assert body["segments"] and "words" not in body
+    for seg in body["segments"]:
+        assert seg["speaker"] == speaker_letter(speaker_of(seg["start"], seg["end"], activity))
+
+
+def test_diarized_json_has_openai_shape_and_one_segment_per_reference_speaker_turn(diarized, case, words):
+    _, _, activity = case
+    body = diarized
+    assert set(body) == {"task", "duration", "text", "segments", "usage"} and body["task"] == "transcribe"
+    assert body["usage"] == {"type": "duration", "seconds": body["duration"]}
+    segments = body["segments"]
+    for i, seg in enumerate(segments):
+        assert set(seg) == {"type", "id", "start", "end", "text", "speaker"}
+        assert seg["type"] == "transcript.text.segment" and seg["id"] == f"seg_{i}"
+        assert seg["start"] <= seg["end"]
+    # words are split at the speaker changes between them (no segment of tiny.en's here spans one alone)
+    turns = expected_turns(words, activity)
+    assert len(turns) > 2
+    assert [(s["speaker"], s["text"]) for s in segments] == turns
+    assert " ".join(s["text"] for s in segments) == " ".join(w["word"] for w in words)
+
+
+def test_subtitles_carry_the_speaker_of_each_turn(server, case, diarized):
+    _, wav, _ = case
+    segments = diarized["segments"]
+    vtt = post(server, wav, response_format="vtt").text
+    assert vtt.startswith("WEBVTT\n\n")
+    voices = re.findall(r"\n(\d\d:\d\d:\d\d\.\d{3}) --> (\d\d:\d\d:\d\d\.\d{3})\n<v Speaker ([A-Z]+)>(.*)\n", vtt)
+    assert [(v[2], v[3]) for v in voices] == [(s["speaker"], s["text"]) for s in segments]
+    srt = post(server, wav, response_format="srt").text
+    cues = re.findall(r"(\d+)\n\S+ --> \S+\n\[Speaker ([A-Z]+)\] (.*)\n", srt)
+    assert [(int(c[0]), c[1], c[2]) for c in cues] == [(i, s["speaker"], s["text"])
+                                                      for i, s in enumerate(segments, start=1)]
+
+
+def test_streamed_diarized_json_sends_text_deltas_then_the_segments(server, case, diarized):
+    _, wav, _ = case
+    whole = diarized
+    with httpx.stream("POST", f"{server}/v1/audio/transcriptions", files={"file": (wav.name, wav.read_bytes())},
+                      data={"model": "tiny.en", "response_format": "diarized_json", "stream": "true"},
+                      timeout=180) as response:
+        assert response.status_code == 200
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    kinds = [e["type"] for e in events]
+    num_deltas = kinds.count("transcript.text.delta")
+    assert num_deltas >= 1 and kinds[-1] == "transcript.text.done"
+    num_segments = len(whole["segments"])
+    assert kinds == ["transcript.text.delta"] * num_deltas + ["transcript.text.segment"] * num_segments + [
+        "transcript.text.done"]
+    assert "".join(e["delta"] for e in events[:num_deltas]) == events[-1]["text"] == whole["text"]
+    assert events[num_deltas:-1] == whole["segments"]
+
+
+def test_transcribe_writes_the_servers_speakers(diarized, case, tmp_path, capsys):
+    checkpoint, wav, activity = case
+    argv = ["transcribe", str(wav), "--model", "tiny.en", "--device", "cpu", "--diarization-model",
+            str(checkpoint), "--output-dir", str(tmp_path)]
+    for fmt in ("diarized_json", "json"):
+        assert main([*argv, "--output-format", fmt]) == 0, capsys.readouterr().err
+    written = json.loads((tmp_path / "two speakers.diarized_json").read_text())
+    assert written["segments"] == diarized["segments"] and written["text"] == diarized["text"]
+    labelled = json.loads((tmp_path / "two speakers.json").read_text())
+    for segment in labelled["segments"]:
+        assert segment["speaker"] == speaker_letter(speaker_of(segment["start"], segment["end"], activity))
+        for w in segment["words"]:
+            assert w["speaker"] == speaker_letter(speaker_of(w["start"], w["end"], activity))
+
+
+def test_transcribe_refuses_speakers_where_a_format_has_no_place_for_them(case, capsys):
+    checkpoint, wav, _ = case
+    assert main(["transcribe", str(wav), "--output-format", "diarized_json"]) == 2
+    assert "needs --diarization-model" in capsys.readouterr().err
+    assert main(["transcribe", str(wav), "--diarization-model", str(checkpoint)]) == 2
+    assert "has no place for speakers" in capsys.readouterr().err
+
+
+def test_a_segment_splits_where_its_words_change_speaker():
+    activity = [SpeakerSegment(0.0, 2.0, 0), SpeakerSegment(1.6, 4.0, 1)]
+    words = (Word(" Hello", 0.2, 0.6, 1.0), Word(" there.", 0.6, 1.5, 1.0), Word(" Hi,", 1.7, 2.6, 1.0),
+             Word(" you.", 2.6, 3.5, 1.0))
+    segment = Segment(0.0, 3.8, "Hello there. Hi, you.", words=words)
+    turns = segment_turns(segment, activity)
+    assert [(t.start, t.end, t.text, t.label) for t in turns] == [(0.0, 1.7, "Hello there.", "A"),
+                                                                  (1.7, 3.8, "Hi, you.", "B")]
+    assert [t.words for t in turns] == [words[:2], words[2:]]
+    # without word times the segment stays whole, with the speaker talking most within it (B: 2.2 s, A: 2 s)
+    (whole,) = segment_turns(Segment(0.0, 3.8, "Hello there. Hi, you."), activity)
+    assert (whole.start, whole.end, whole.label) == (0.0, 3.8, "B")
