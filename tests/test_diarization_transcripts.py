@@ -6,13 +6,16 @@ segment likewise, and a segment splits into speaker turns where its words change
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
 import httpx
+import numpy as np
 import pytest
 
 from nemotron3_diarization_reference import two_speaker_case
+from oasr.audio import load_audio
 from oasr.cli import main
 from oasr.diarization.assign import segment_turns, speaker_letter, speaker_of
 from oasr.diarization.types import SpeakerSegment
@@ -170,3 +173,57 @@ def test_a_segment_splits_where_its_words_change_speaker():
     # without word times the segment stays whole, with the speaker talking most within it (B: 2.2 s, A: 2 s)
     (whole,) = segment_turns(Segment(0.0, 3.8, "Hello there. Hi, you."), activity)
     assert (whole.start, whole.end, whole.label) == (0.0, 3.8, "B")
+
+
+def reference_activity(checkpoint, audio: np.ndarray) -> list[SpeakerSegment]:
+    """transformers' segments of ``audio`` from the checkpoint on disk (``extract_speaker_dict``, 0.5)."""
+    import transformers
+
+    from nemotron3_diarization_reference import offline_logits, processor
+
+    model = transformers.Nemotron3DiarizationForAudioFrameClassification.from_pretrained(checkpoint).eval()
+    logits, mask = offline_logits(model, audio)
+    found = processor(model.config.audio_config.num_mel_bins).extract_speaker_dict(logits, mask, threshold=0.5)[0]
+    return [SpeakerSegment(s["Start"], s["End"], s["Speaker"]) for s in found]
+
+
+def test_realtime_items_get_segment_events_with_the_sessions_speakers(server, case):
+    """Two committed turns (the mixture cut in two): before each ``completed`` come the item's
+    ``conversation.item.input_audio_transcription.segment`` events (the SDK's own type accepts them), whose
+    speakers are the reference's over the session's audio so far, so letters hold across items."""
+    from test_realtime import as_served, connect, events_until, next_event, pcm16_24k, send_audio, update
+
+    checkpoint, wav, _ = case
+    audio = load_audio(wav)
+    cut = len(audio) // 2
+    pcms = [pcm16_24k(audio[:cut]), pcm16_24k(audio[cut:])]
+
+    async def session() -> list[dict]:
+        async with connect(server, "ga", api_key="unused") as conn:
+            await next_event(conn, "ga")
+            await update(conn, "ga", turn_detection=None)
+            events = []
+            for pcm in pcms:
+                await send_audio(conn, pcm)
+                await conn.input_audio_buffer.commit()
+                events += await events_until(conn, "ga", 1)
+            return events
+
+    events = asyncio.run(session())
+    heard = [as_served(pcm) for pcm in pcms]
+    activity = reference_activity(checkpoint, np.concatenate(heard))
+    items = [e["item_id"] for e in events if e["type"] == "input_audio_buffer.committed"]
+    offset = 0.0
+    for item, samples in zip(items, heard, strict=True):
+        mine = [e for e in events if e.get("item_id") == item]
+        kinds = [e["type"].rsplit(".", 1)[-1] for e in mine]
+        num_segments = kinds.count("segment")
+        assert num_segments >= 1 and kinds[-1 - num_segments :] == ["segment"] * num_segments + ["completed"]
+        segments = mine[-1 - num_segments : -1]
+        assert " ".join(s["text"] for s in segments) == mine[-1]["transcript"]
+        for s in segments:
+            assert 0.0 <= s["start"] <= s["end"] <= len(samples) / 16000 + 1e-3
+            expected = speaker_letter(speaker_of(offset + s["start"], offset + s["end"], activity))
+            assert s["speaker"] == expected, (s, expected)
+        offset += len(samples) / 16000
+    assert len(events) > len(items) * 2
