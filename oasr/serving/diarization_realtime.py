@@ -76,8 +76,9 @@ class SessionSpeakers:
             log.error("realtime speakers: the diarization model failed: %s", exc)
             return []
         start_s, end_s = offset / SAMPLE_RATE, len(joined) / SAMPLE_RATE
-        activity = [SpeakerSegment(round(max(s.start, start_s) - start_s, 3), round(min(s.end, end_s) - start_s, 3),
-                                   s.speaker) for s in result.segments if s.end > start_s]
+        # not rounded: a word shared between two speakers is decided on the session's own times
+        activity = [SpeakerSegment(max(s.start, start_s) - start_s, min(s.end, end_s) - start_s, s.speaker)
+                    for s in result.segments if s.end > start_s]
         duration_s = len(audio) / SAMPLE_RATE
         return speaker_turns(list(segments) or [Segment(0.0, round(duration_s, 3), transcript.strip())], activity)
 

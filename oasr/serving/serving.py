@@ -335,11 +335,12 @@ class OpenAIServingTranscription:
     # ------------------------------------------------------------------------------------ realtime turns
 
     async def transcribe_turn(self, audio: np.ndarray, options: DecodeOptions, hold: Ticket,
-                              on_text: Callable[[str], Awaitable[None]]) -> Transcription:
+                              on_text: Callable[[str], Awaitable[None]], *, words: bool = False) -> Transcription:
         """One realtime turn (16 kHz samples) decoded as an upload's audio is, beside the uploads: a place in
         admission (releasing ``hold``, the turn's place among its client's, with it), the offline cut and plan,
-        every window at once; text handed to ``on_text`` as it becomes stable. Raises ``APIError`` (busy,
-        timed out, the engine stopped). Cancelling it aborts the turn's engine requests."""
+        every window at once; text handed to ``on_text`` as it becomes stable; with ``words`` (a model that
+        times them), its segments' words aligned once the text is done. Raises ``APIError`` (busy, timed out,
+        the engine stopped). Cancelling it aborts the turn's engine requests."""
         try:
             ticket = self.admission.acquire(hold)
         except APIError:
@@ -358,10 +359,13 @@ class OpenAIServingTranscription:
                 piece = text.add(index, progress)
                 if piece:
                     await on_text(piece)
+            windows = decode.results()
+            if words and self.engine.supports_word_timestamps:
+                windows = await self._aligned(windows, decode.windows, options.task, deadline)
             duration_s = audio_duration(audio)
             self.metrics.total_seconds.observe(time.perf_counter() - ticket.admitted_at)
             self.metrics.audio_seconds.inc(duration_s)
-            return assemble("realtime", duration_s, decode.results())
+            return assemble("realtime", duration_s, windows)
         except (APIError, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -438,8 +442,12 @@ class OpenAIServingTranscription:
     async def _with_words(self, job: TranscriptionJob, windows: list[DecodedWindow],
                           audio: list[np.ndarray]) -> list[DecodedWindow]:
         """The windows with their words, aligned by the engine within the request's deadline."""
-        rows = alignment_rows(windows, audio, job.task, self.engine.window_samples)
-        timeout = job.deadline - asyncio.get_running_loop().time()
+        return await self._aligned(windows, audio, job.task, job.deadline)
+
+    async def _aligned(self, windows: list[DecodedWindow], audio: list[np.ndarray], task: Task,
+                       deadline: float) -> list[DecodedWindow]:
+        rows = alignment_rows(windows, audio, task, self.engine.window_samples)
+        timeout = deadline - asyncio.get_running_loop().time()
         if timeout <= 0:
             raise TimeoutError
         words = await asyncio.wait_for(self.engine.align_words(rows, audio), timeout)

@@ -558,7 +558,9 @@ class RealtimeConnection:
 
         try:
             hold = self.serving.client_caps.acquire(self.client, self.api_key)
-            result = await self.serving.transcribe_turn(turn.committed.audio, turn.options, hold, delta)
+            # with speakers, words are timed (where the model can) so the item splits where the speaker changes
+            result = await self.serving.transcribe_turn(turn.committed.audio, turn.options, hold, delta,
+                                                        words=self.speakers is not None)
         except APIError as exc:
             await self.send(TranscriptFailedEvent(item_id=item_id, error=ErrorDetail(
                 type=exc.type, code=exc.code, message=exc.message, param=exc.param)))
