@@ -131,3 +131,63 @@ def test_each_span_takes_the_speaker_who_talks_most_within_it():
     assert speaker_of(4.5, 5.0, activity) == 1  # nobody talks: the nearest activity
     assert speaker_of(0.0, 1.0, []) is None
     assert [speaker_letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
+
+
+def test_requests_that_arrive_while_the_model_runs_are_diarized_together():
+    """The first request runs alone; three that queue meanwhile run in one batch, each with its own threshold,
+    and a failure reaches every caller of its batch."""
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from oasr.serving.diarization import DiarizationService
+
+    running, release = threading.Event(), threading.Event()
+
+    class Diarizer:  # frames of one speaker at probability ``level`` (the audio's first sample)
+        loaded = SimpleNamespace(frame_seconds=0.01)
+
+        def probabilities(self, audio):
+            if not running.is_set():
+                running.set()
+                release.wait(30)
+            if any(a[0] < 0 for a in audio):
+                raise RuntimeError("broken")
+            return [np.full((len(a) // 160, 1), a[0], np.float32) for a in audio]
+
+    service = DiarizationService("tiny")
+    service._diarizer = Diarizer()
+    results: dict[str, object] = {}
+
+    def call(name: str, level: float, threshold: float = 0.5) -> None:
+        try:
+            results[name] = service.diarize(np.full(16000, level, np.float32), name, threshold)
+        except RuntimeError as exc:
+            results[name] = exc
+
+    threads = [threading.Thread(target=call, args=("first", 0.9))]
+    threads[0].start()
+    assert running.wait(30)
+    threads += [threading.Thread(target=call, args=args) for args in
+                (("loud", 0.9), ("quiet", 0.2), ("strict", 0.9, 0.95))]
+    for t in threads[1:]:
+        t.start()
+    while len(service._queued) < 3:
+        threading.Event().wait(0.01)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert service.batch_sizes == [1, 3]
+    assert [(s.start, s.end, s.speaker) for s in results["first"].segments] == [(0.0, 1.0, 0)]
+    assert [(s.start, s.end) for s in results["loud"].segments] == [(0.0, 1.0)]
+    assert results["quiet"].segments == () and results["strict"].segments == ()
+    failing = [threading.Thread(target=call, args=(name, level)) for name, level in (("bad", -1.0), ("ok", 0.9))]
+    with service._run_lock:  # both queue before either runs: one batch, which fails for both
+        for t in failing:
+            t.start()
+        while len(service._queued) < 2:
+            threading.Event().wait(0.01)
+    for t in failing:
+        t.join(30)
+    assert isinstance(results["bad"], RuntimeError) and isinstance(results["ok"], RuntimeError)

@@ -3,8 +3,8 @@
 in order of first arrival).
 
 The diarization model does not run in the engine core: ``DiarizationService`` is an engine object of its own
-in the HTTP process, loaded on the first request (torch with it) and run one request at a time on a worker
-thread, so the event loop keeps answering. A server started without ``--diarization-model`` answers 404.
+in the HTTP process, loaded on the first request (torch with it) and run on worker threads, requests that
+arrive together batched, so the event loop keeps answering. A server started without ``--diarization-model`` answers 404.
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
@@ -42,24 +45,74 @@ class DiarizationResponse(BaseModel):
     segments: list[DiarizationSegment]
 
 
+@dataclass
+class _Pending:
+    """One request waiting for the diarizer (``done`` set once ``result`` or ``error`` is)."""
+
+    audio: np.ndarray
+    source: str
+    threshold: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Diarization | None = None
+    error: BaseException | None = None
+
+
 class DiarizationService:
-    """One diarization checkpoint, loaded once on first use, run one request at a time."""
+    """One diarization checkpoint, loaded once on first use. Requests that arrive while the model runs are
+    diarized together in its next run, batched (``OfflineDiarizer``: a row's result never depends on its batch):
+    each caller queues its request, and whichever caller gets the model next runs everything queued by then,
+    its own request and the others', so there is no thread of its own to start or stop."""
 
     def __init__(self, model: str, device: str = "auto") -> None:
         self.model, self.device = model, device
         self.name = os.path.basename(os.path.normpath(model)) if os.path.isdir(model) else model
-        self._lock = threading.Lock()
+        self._run_lock = threading.Lock()  # held by the caller running a batch
+        self._queue_lock = threading.Lock()
+        self._queued: list[_Pending] = []
         self._diarizer: OfflineDiarizer | None = None
+        self.batch_sizes: list[int] = []  # of each run, for tests and logs: a batching that never batches shows
 
     def diarize(self, audio, source: str, threshold: float = 0.5) -> Diarization:
-        from oasr.diarization.loader import load_diarizer
-        from oasr.diarization.offline import OfflineDiarizer
+        """Blocks until ``audio`` is diarized (call it from a worker thread)."""
+        pending = _Pending(audio, source, threshold)
+        with self._queue_lock:
+            self._queued.append(pending)
+        with self._run_lock:
+            if not pending.done.is_set():  # nobody ran it meanwhile: this caller runs the queue
+                with self._queue_lock:
+                    batch, self._queued = self._queued, []
+                self._run(batch)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return pending.result
 
-        with self._lock:
-            if self._diarizer is None:
-                self._diarizer = OfflineDiarizer(load_diarizer(self.model, device=self.device))
-            self._diarizer.threshold = threshold
-            return self._diarizer.diarize([audio], [source])[0]
+    def _run(self, batch: list[_Pending]) -> None:
+        from oasr.diarization.segments import speaker_segments
+        from oasr.diarization.types import Diarization
+
+        try:
+            diarizer = self._loaded()
+            probs = diarizer.probabilities([p.audio for p in batch])
+            self.batch_sizes.append(len(batch))
+            frame_s = diarizer.loaded.frame_seconds
+            for p, rows in zip(batch, probs, strict=True):
+                p.result = Diarization(p.source, len(p.audio) / 16000,
+                                       speaker_segments(rows, frame_s, p.threshold))
+        except BaseException as exc:  # each waiting caller raises it (a model that failed to load, say)
+            for p in batch:
+                p.error = exc
+        finally:
+            for p in batch:
+                p.done.set()
+
+    def _loaded(self) -> OfflineDiarizer:
+        if self._diarizer is None:
+            from oasr.diarization.loader import load_diarizer
+            from oasr.diarization.offline import OfflineDiarizer
+
+            self._diarizer = OfflineDiarizer(load_diarizer(self.model, device=self.device))
+        return self._diarizer
 
 
 async def diarize_within(service: DiarizationService, audio, source: str, deadline: float
