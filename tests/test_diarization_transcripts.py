@@ -250,3 +250,12 @@ def test_realtime_items_get_segment_events_with_the_sessions_speakers(server, ca
         num_split += num_segments > 1
         offset += len(samples) / 16000
     assert num_split  # an item was cut between two speakers' words
+
+
+def test_translations_refuse_diarized_json(server, case):
+    _, wav, _ = case
+    response = httpx.post(f"{server}/v1/audio/translations", files={"file": (wav.name, wav.read_bytes())},
+                          data={"model": "tiny.en", "response_format": "diarized_json"}, timeout=60)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "response_format" and "translations have none" in error["message"]

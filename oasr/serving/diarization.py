@@ -115,6 +115,17 @@ class DiarizationService:
         return self._diarizer
 
 
+def check_diarized(task: str, service: DiarizationService | None) -> None:
+    """Refuses ``response_format=diarized_json`` where it cannot be answered."""
+    if task != "transcribe":
+        raise APIError(400, "response_format 'diarized_json' labels the speakers of a transcription; "
+                       "translations have none.", param="response_format", code="unsupported_value")
+    if service is None:
+        raise APIError(400, "response_format 'diarized_json' needs a diarization model, and this server has "
+                       "none: start it with --diarization-model ID, or ask for another response_format.",
+                       param="response_format", code="unsupported_value")
+
+
 async def diarize_within(service: DiarizationService, audio, source: str, deadline: float
                          ) -> tuple[SpeakerSegment, ...]:
     """Who speaks when in ``audio`` (a transcription's speakers), on a worker thread, by the event loop's

@@ -48,7 +48,7 @@ from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
 from oasr.serving.admission import Admission, ClientCaps, Ticket, busy
 from oasr.serving.decoding import OrderedText, WindowedDecode, WindowProgress
-from oasr.serving.diarization import DiarizationService, diarize_within
+from oasr.serving.diarization import DiarizationService, check_diarized, diarize_within
 from oasr.serving.diarization_formats import diarized_response, diarized_segments, with_speakers
 from oasr.hosting.engine_client import EngineClient
 from oasr.serving.formats import render
@@ -238,7 +238,7 @@ class OpenAIServingTranscription:
         decoding with openai-whisper's fallback (see the module's docstring)."""
         language, granularities = params.language or None, []
         if params.response_format == "diarized_json":
-            self._check_diarized(task)
+            check_diarized(task, self.diarization)
         if isinstance(params, TranscriptionParams):
             if params.timestamp_granularities and params.response_format != "verbose_json":
                 raise APIError(400, "'timestamp_granularities' needs response_format 'verbose_json'.",
@@ -271,15 +271,6 @@ class OpenAIServingTranscription:
         except UnsupportedOptionError as exc:
             raise await self._refusal(options, exc) from None
         return options
-
-    def _check_diarized(self, task: Task) -> None:
-        if task != "transcribe":
-            raise APIError(400, "response_format 'diarized_json' labels the speakers of a transcription; "
-                           "translations have none.", param="response_format", code="unsupported_value")
-        if self.diarization is None:
-            raise APIError(400, "response_format 'diarized_json' needs a diarization model, and this server has "
-                           "none: start it with --diarization-model ID, or ask for another response_format.",
-                           param="response_format", code="unsupported_value")
 
     async def _refusal(self, options: DecodeOptions, exc: UnsupportedOptionError) -> APIError:
         """The 400 for options the engine refused, naming the request field it refuses on its own (asked one
