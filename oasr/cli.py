@@ -160,8 +160,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
                    "when --host is a loopback address (against DNS rebinding), else any")
     p.add_argument("--diarization-model", default=None, metavar="ID",
-                   help="a diarization checkpoint (directory or Hub id) served at POST /v1/audio/diarization, "
-                   "loaded in the HTTP process on its first request, on --device")
+                   help="a diarization checkpoint (directory or Hub id), loaded in the engine core beside the "
+                   "model (on Ray, in the HTTP process): POST /v1/audio/diarization, response_format "
+                   "diarized_json, speakers in verbose_json, srt and vtt, and realtime items' speaker segments")
     p.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
                    help="let web pages from ORIGIN (https://app.example.com, or '*') call the API (CORS); "
                    "repeatable; default: no CORS headers")

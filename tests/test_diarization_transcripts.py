@@ -259,3 +259,54 @@ def test_translations_refuse_diarized_json(server, case):
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == "response_format" and "translations have none" in error["message"]
+
+
+def test_a_core_started_with_a_diarization_model_serves_it_for_the_api_process(case, diarized):
+    """``oasr serve`` starts the engine core with the diarization model beside the ASR model: the API process
+    sends its diarizations there and never loads the model itself; the answers are those of the API process's
+    own copy."""
+    from oasr.serving.settings import ServerSettings
+
+    checkpoint, wav, activity = case
+    engine = small_engine("tiny.en", mode="process", diarization_model=str(checkpoint))
+    try:
+        assert engine.diarization_model == str(checkpoint)
+        settings = ServerSettings(served_model_name="tiny.en", diarization_model=str(checkpoint),
+                                  diarization_device="cpu")
+        app = build_app(engine, settings)
+        with running_server(app) as url:
+            body = post(url, wav, response_format="diarized_json").json()
+            route = httpx.post(f"{url}/v1/audio/diarization", files={"file": (wav.name, wav.read_bytes())},
+                               timeout=120).json()
+        assert body["segments"] == diarized["segments"]
+        assert route["segments"] == [{"start": s.start, "end": s.end, "speaker": f"speaker_{s.speaker}"}
+                                     for s in activity]
+        assert app.state.diarization.engine is engine and app.state.diarization._diarizer is None
+    finally:
+        engine.shutdown()
+
+
+def test_the_core_diarizes_the_requests_of_one_iteration_as_one_batch(case):
+    from oasr.hosting.core import EngineCore, build_diarizer, build_engine
+    from oasr.hosting.protocol import UNSUPPORTED_OPTION, Diarize, EngineCoreSpec
+
+    checkpoint, wav, activity = case
+    spec = EngineCoreSpec("tiny.en", "cpu", "float32", diarization_model=str(checkpoint))
+    engine = build_engine(spec)
+    core = EngineCore(engine, build_diarizer(spec))
+    batches = []
+    probabilities = core.diarizer.probabilities
+    core.diarizer.probabilities = lambda audio: batches.append(len(audio)) or probabilities(audio)
+    audio = load_audio(wav)
+    core.handle(Diarize(1, 0.5), audio, client=0)
+    core.handle(Diarize(2, 0.5), audio[: len(audio) // 2], client=1)
+    updates = core.step_all(2)
+    assert batches == [2]
+    (whole,) = updates[0].diarizations
+    (half,) = updates[1].diarizations
+    assert whole.call_id == 1 and list(whole.segments) == activity
+    assert half.call_id == 2 and half.error is None and half.segments
+    bare = EngineCore(engine)
+    bare.handle(Diarize(3, 0.5), audio)
+    (refused,) = bare.step_all(1)[0].diarizations
+    assert refused.error_kind == UNSUPPORTED_OPTION and "no diarization model" in refused.error

@@ -2,9 +2,10 @@
 (``{"model", "duration", "segments": [{"start", "end", "speaker"}]}``, speakers ``speaker_0``, ``speaker_1``, ...
 in order of first arrival).
 
-The diarization model does not run in the engine core: ``DiarizationService`` is an engine object of its own
-in the HTTP process, loaded on the first request (torch with it) and run on worker threads, requests that
-arrive together batched, so the event loop keeps answering. A server started without ``--diarization-model`` answers 404.
+``DiarizationService`` sends each diarization to the engine core when the core serves the model beside the ASR
+model (``oasr serve`` starts it so); elsewhere (Ray replicas) it is an engine object of its own in the HTTP
+process, loaded on the first request (torch with it) and run on worker threads, requests that arrive together
+batched, so the event loop keeps answering. A server started without ``--diarization-model`` answers 404.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 
 from oasr.errors import AudioDecodeError, AudioTooLongError, OASRError
+from oasr.hosting.relay import EngineDeadError
 from oasr.serving.protocol import APIError
 from oasr.serving.upload import read_form, split_form
 
 if TYPE_CHECKING:
     from oasr.diarization.offline import OfflineDiarizer
     from oasr.diarization.types import Diarization, SpeakerSegment
+    from oasr.hosting.engine_client import EngineClient
     from oasr.serving.settings import ServerSettings
 
 _FIELDS = ("model", "threshold")
@@ -63,8 +66,11 @@ class DiarizationService:
     each caller queues its request, and whichever caller gets the model next runs everything queued by then,
     its own request and the others', so there is no thread of its own to start or stop."""
 
-    def __init__(self, model: str, device: str = "auto") -> None:
+    def __init__(self, model: str, device: str = "auto", engine: EngineClient | None = None) -> None:
         self.model, self.device = model, device
+        # The engine core serves the model itself (``oasr serve`` starts it so): requests go there, batched with
+        # those of every API worker, and this process never loads it.
+        self.engine = engine if engine is not None and engine.diarization_model is not None else None
         self.name = os.path.basename(os.path.normpath(model)) if os.path.isdir(model) else model
         self._run_lock = threading.Lock()  # held by the caller running a batch
         self._queue_lock = threading.Lock()
@@ -72,8 +78,17 @@ class DiarizationService:
         self._diarizer: OfflineDiarizer | None = None
         self.batch_sizes: list[int] = []  # of each run, for tests and logs: a batching that never batches shows
 
+    async def run(self, audio: np.ndarray, source: str, threshold: float = 0.5) -> Diarization:
+        """``audio`` diarized in the engine core where it serves the model, else here on a worker thread."""
+        if self.engine is not None:
+            segments = await self.engine.diarize(audio, threshold)
+            from oasr.diarization.types import Diarization
+
+            return Diarization(source, len(audio) / 16000, tuple(segments))
+        return await asyncio.to_thread(self.diarize, audio, source, threshold)
+
     def diarize(self, audio, source: str, threshold: float = 0.5) -> Diarization:
-        """Blocks until ``audio`` is diarized (call it from a worker thread)."""
+        """Blocks until ``audio`` is diarized in this process (call it from a worker thread)."""
         pending = _Pending(audio, source, threshold)
         with self._queue_lock:
             self._queued.append(pending)
@@ -128,16 +143,18 @@ def check_diarized(task: str, service: DiarizationService | None) -> None:
 
 async def diarize_within(service: DiarizationService, audio, source: str, deadline: float
                          ) -> tuple[SpeakerSegment, ...]:
-    """Who speaks when in ``audio`` (a transcription's speakers), on a worker thread, by the event loop's
-    ``deadline`` (``TimeoutError`` after it). A model that fails to load is the server's fault: a 500 that
-    says so."""
+    """Who speaks when in ``audio`` (a transcription's speakers), by the event loop's ``deadline``
+    (``TimeoutError`` after it). A model that fails (to load, say) is the server's fault: a 500 that says so; an
+    engine core that stopped raises ``EngineDeadError``, as the transcription would."""
     timeout = deadline - asyncio.get_running_loop().time()
     if timeout <= 0:
         raise TimeoutError
     try:
-        result = await asyncio.wait_for(asyncio.to_thread(service.diarize, audio, source), timeout)
+        result = await asyncio.wait_for(service.run(audio, source), timeout)
+    except EngineDeadError:
+        raise
     except OASRError as exc:
-        raise APIError(500, f"The diarization model could not be loaded: {exc}", type="server_error") from None
+        raise APIError(500, f"The diarization model failed: {exc}", type="server_error") from None
     return result.segments
 
 
@@ -179,9 +196,12 @@ async def diarize_upload(request: Request, service: DiarizationService | None, s
     except AudioDecodeError as exc:
         raise APIError(400, f"Could not read the audio: {exc}", param="file", code="invalid_audio") from None
     try:
-        result = await asyncio.to_thread(service.diarize, audio, source, threshold)
-    except OASRError as exc:  # the checkpoint failed to load: the server's fault, said plainly
-        raise APIError(500, f"The diarization model could not be loaded: {exc}", type="server_error") from None
+        result = await service.run(audio, source, threshold)
+    except EngineDeadError:
+        raise APIError(503, "The engine has stopped; this server cannot diarize.", type="server_error",
+                       code="engine_unavailable") from None
+    except OASRError as exc:  # the checkpoint failed to load, say: the server's fault, said plainly
+        raise APIError(500, f"The diarization model failed: {exc}", type="server_error") from None
     body = DiarizationResponse(model=service.name, duration=round(result.duration, 3),
                                segments=[DiarizationSegment(start=s.start, end=s.end, speaker=s.label)
                                          for s in result.segments])

@@ -15,7 +15,6 @@ unless its windows (30 s each) give segments of their own.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Literal
@@ -71,7 +70,7 @@ class SessionSpeakers:
             return []
         joined, offset = self._remember(audio)
         try:
-            result = await asyncio.to_thread(self.service.diarize, joined, "realtime")
+            result = await self.service.run(joined, "realtime")
         except OASRError as exc:
             log.error("realtime speakers: the diarization model failed: %s", exc)
             return []

@@ -138,7 +138,7 @@ class OpenAIServingTranscription:
                                       settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
         # --diarization-model's engine object, beside the core (None: no speakers on this server)
-        self.diarization = (DiarizationService(settings.diarization_model, settings.diarization_device)
+        self.diarization = (DiarizationService(settings.diarization_model, settings.diarization_device, engine)
                             if settings.diarization_model else None)
         # A request found the engine stopped (None: none has): the engine's restart count then. Unhealthy until a
         # restarted engine core serves, even where the client has not noticed the death itself.
