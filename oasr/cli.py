@@ -89,8 +89,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="with --beam-size: phrases to favour, 'phrase[:boost],...' or @FILE (one phrase[:boost] a "
                    "line); the boost (default 1.5) is added per token of a phrase the search spells whole")
     p.add_argument("--diarization-model", default=None, metavar="ID",
-                   help="a diarization checkpoint (directory or Hub id): each segment gets the speaker who talks "
-                   "most within it; needs --output-format diarized_json (OpenAI's shape)")
+                   help="a diarization checkpoint (directory or Hub id): each segment (and each timed word) gets "
+                   "the speaker who talks most within it, segments split where a timed word changes speaker; "
+                   "--output-format diarized_json (OpenAI's shape), json, jsonl, srt or vtt")
     p.add_argument("--output-format", default="txt", choices=(*OUTPUT_FORMATS, "diarized_json"),
                    help="on stdout with several inputs: txt starts each line with the input's name and a colon "
                    "(NAME: text, as grep does), json is one array, jsonl one line per input (with its 'file'); "
@@ -171,8 +172,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
                    "when --host is a loopback address (against DNS rebinding), else any")
     p.add_argument("--diarization-model", default=None, metavar="ID",
-                   help="a diarization checkpoint (directory or Hub id) served at POST /v1/audio/diarization, "
-                   "loaded in the HTTP process on its first request, on --device")
+                   help="a diarization checkpoint (directory or Hub id), loaded in the engine core beside the "
+                   "model (on Ray, in the HTTP process): POST /v1/audio/diarization, response_format "
+                   "diarized_json, speakers in verbose_json, srt and vtt, and realtime items' speaker segments")
     p.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
                    help="let web pages from ORIGIN (https://app.example.com, or '*') call the API (CORS); "
                    "repeatable; default: no CORS headers")

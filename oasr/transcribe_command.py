@@ -4,6 +4,7 @@ or a Ray Data run (``oasr.scale.ray_transcribe``) -> output files or stdout."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import sys
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from oasr.devices import is_cuda
 from oasr.diarization.assign import DiarizedTranscription
+from oasr.serving.diarization_formats import DIARIZED_FORMATS, labelled_dict, render_diarized
 from oasr.serving.formats import render, render_many
 
 if TYPE_CHECKING:
@@ -76,20 +78,23 @@ def _print(text: str) -> None:
         raise StdoutError(exc.strerror or str(exc)) from None
 
 
-def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True) -> TranscribeOptions:
-    """The options of ``args``; subtitles imply timestamps where the model decodes them (``timed_model``), and
-    come from the windows' own times elsewhere."""
-    from oasr.types import parse_hotwords
-    from oasr.types import FallbackOptions, TranscribeOptions
+def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True,
+                        timed_words: bool = False) -> TranscribeOptions:
+    """The options of ``args``; subtitles (and speaker turns) imply timestamps where the model decodes them
+    (``timed_model``), and come from the windows' own times elsewhere. With a diarization model, words are timed
+    where the model can time them (``timed_words``), so that segments split where the speaker changes."""
+    from oasr.types import FallbackOptions, TranscribeOptions, parse_hotwords
 
+    timed_formats = ("srt", "vtt", "diarized_json")
     return TranscribeOptions(
         language=args.language, task=args.task, target_language=args.target_language,
         punctuation=not args.no_punctuation, batch_size=args.batch_size, long_form=args.long_form,
-        timestamps=args.timestamps or (timed_model and args.output_format in ("srt", "vtt")), prompt=args.prompt,
-        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(),
-        vad=args.vad, word_timestamps=args.word_timestamps, beam_size=args.beam_size, patience=args.patience,
-        length_penalty=args.length_penalty, lm=args.lm, lexicon=args.lexicon, lm_weight=args.lm_weight,
-        word_bonus=args.word_bonus, hotwords=parse_hotwords(args.hotwords) if args.hotwords else (),
+        timestamps=args.timestamps or (timed_model and args.output_format in timed_formats), prompt=args.prompt,
+        fallback=FallbackOptions(temperatures=(0.0,)) if args.no_fallback else FallbackOptions(), vad=args.vad,
+        word_timestamps=args.word_timestamps or (timed_words and args.diarization_model is not None),
+        beam_size=args.beam_size, patience=args.patience, length_penalty=args.length_penalty, lm=args.lm,
+        lexicon=args.lexicon, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+        hotwords=parse_hotwords(args.hotwords) if args.hotwords else (),
     )
 
 
@@ -154,10 +159,11 @@ SINGLE_DOCUMENT_FORMATS = ("srt", "vtt", "diarized_json")
 
 def _diarization_conflict(args: argparse.Namespace, on_ray: bool) -> str | None:
     """Why --diarization-model cannot serve this run (None when it can)."""
-    wants = args.output_format == "diarized_json"
-    if wants != (args.diarization_model is not None):
-        return ("--output-format diarized_json and --diarization-model ID go together: the speakers come from "
-                "the diarization model, and only diarized_json writes them")
+    if args.output_format == "diarized_json" and args.diarization_model is None:
+        return "--output-format diarized_json needs --diarization-model ID: the speakers come from that model"
+    if args.diarization_model is not None and args.output_format not in DIARIZED_FORMATS:
+        return (f"--output-format {args.output_format} has no place for speakers; with --diarization-model choose "
+                f"one of {', '.join(DIARIZED_FORMATS)}")
     if args.diarization_model is not None and (on_ray or args.stream):
         return "--diarization-model runs only with local whole-file transcription (not --stream, not on Ray)"
     return None
@@ -179,9 +185,16 @@ def _with_speakers(args: argparse.Namespace, paths: list[Path], results):
 
 
 def _render(result, fmt: str) -> str:
-    """A result in ``fmt``: a transcript with speakers renders itself (diarized_json), others through
-    ``oasr.serving.formats``."""
-    return result.render() if isinstance(result, DiarizedTranscription) else render(result, fmt)
+    """A result in ``fmt``, with its speakers where it has them."""
+    return render_diarized(result, fmt) if isinstance(result, DiarizedTranscription) else render(result, fmt)
+
+
+def _json_array(results: list) -> str:
+    """Several results on stdout as one JSON array; transcripts with speakers carry them."""
+    if not any(isinstance(r, DiarizedTranscription) for r in results):
+        return render_many(results, "json")
+    bodies = [labelled_dict(r) if isinstance(r, DiarizedTranscription) else r.to_dict() for r in results]
+    return json.dumps(bodies, ensure_ascii=False, indent=2) + "\n"
 
 
 def _stdout_conflict(args: argparse.Namespace, num_inputs: int) -> str | None:
@@ -238,7 +251,9 @@ def _local_results(args: argparse.Namespace, paths: list[Path]):
 
     loaded = from_pretrained(args.model, device=args.device, dtype=None if args.dtype == "auto" else args.dtype,
                              quantization=args.quantization)
-    options = _transcribe_options(args, timed_model="timestamps" in capabilities_of(type(loaded.model)).options)
+    capabilities = capabilities_of(type(loaded.model))
+    options = _transcribe_options(args, timed_model="timestamps" in capabilities.options,
+                                  timed_words=capabilities.word_timing)
     config = engine_config_of(args)
     # Audio seconds, not files, so that one long input moves the bar too; tqdm hides it off a terminal.
     progress = _progress_bar(args, "audio s")
@@ -304,7 +319,7 @@ def _emit(args: argparse.Namespace, names: list[str], results, progress) -> int:
             else:
                 _print(stdout_text(ready, args.output_format, several=len(names) > 1))
     if collected:
-        _print(render_many(collected, "json"))
+        _print(_json_array(collected))
     return failed
 
 

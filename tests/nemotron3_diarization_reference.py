@@ -115,3 +115,22 @@ def streaming_logits(model, audio: np.ndarray, mode: str) -> list[torch.Tensor]:
         cache, cursor = result.speaker_cache, cursor + proc.num_mel_frames_per_step
         if last:
             return out
+
+
+def two_speaker_case(root: Path) -> tuple[Path, Path, list[dict]]:
+    """A tiny checkpoint calibrated on the two-speaker mixture, the mixture as a 16-bit wav, and transformers'
+    segments of that wav (``extract_speaker_dict``, threshold 0.5: dicts of Start, End, Speaker)."""
+    import soundfile as sf
+
+    from oasr.audio import load_audio
+
+    two = mixture(2)
+    reference = build_reference([two])
+    checkpoint = save_reference(reference, root / "tiny-diarization")
+    wav = root / "two speakers.wav"
+    sf.write(wav, two, SAMPLE_RATE, subtype="PCM_16")
+    logits, mask = offline_logits(reference, load_audio(wav))  # what a reader of the file sees: 16-bit samples
+    expected = processor(reference.config.audio_config.num_mel_bins).extract_speaker_dict(logits, mask,
+                                                                                        threshold=0.5)[0]
+    assert len({s["Speaker"] for s in expected}) > 1
+    return checkpoint, wav, expected

@@ -124,6 +124,13 @@ class _WrappedEngine:
     async def align_words(self, rows, audio):
         return await self._engine.align_words(rows, audio)
 
+    @property
+    def diarization_model(self):
+        return self._engine.diarization_model
+
+    async def diarize(self, audio, threshold: float = 0.5):
+        return await self._engine.diarize(audio, threshold)
+
     def stats(self):
         return self._engine.stats()
 

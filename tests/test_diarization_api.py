@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-import soundfile as sf
 
-from nemotron3_diarization_reference import build_reference, mixture, offline_logits, processor, save_reference
+from nemotron3_diarization_reference import mixture, two_speaker_case
 from oasr.audio import load_audio
 from oasr.cli import main
 from oasr.diarization.rttm import recording_id
@@ -18,17 +17,7 @@ from serving_harness import running_server, small_engine, wav_bytes
 
 @pytest.fixture(scope="module")
 def model_and_audio(tmp_path_factory):
-    root = tmp_path_factory.mktemp("diarize")
-    two = mixture(2)
-    reference = build_reference([two])
-    checkpoint = save_reference(reference, root / "tiny-diarization")
-    wav = root / "two speakers.wav"
-    sf.write(wav, two, 16_000, subtype="PCM_16")
-    audio = load_audio(wav)  # what the command reads: 16-bit samples
-    logits, mask = offline_logits(reference, audio)
-    expected = processor(16).extract_speaker_dict(logits, mask, threshold=0.5)[0]
-    assert len({s["Speaker"] for s in expected}) > 1
-    return checkpoint, wav, expected
+    return two_speaker_case(tmp_path_factory.mktemp("diarize"))
 
 
 def test_diarize_prints_rttm_lines_of_the_reference_segments(model_and_audio, capsys):
@@ -105,44 +94,28 @@ def test_diarization_route_refuses_bad_requests(server):
         assert error["message"] and (code is None or error["code"] == code)
 
 
-def test_a_server_without_a_diarization_model_answers_404():
+def test_a_server_without_a_diarization_model_answers_404_and_refuses_diarized_json():
     from oasr.serving.settings import ServerSettings
 
     engine = small_engine("tiny.en", mode="thread")
+    audio = {"file": ("x.wav", wav_bytes(mixture(2)[:16000]))}
     try:
         with running_server(build_app(engine, ServerSettings(served_model_name="tiny.en"))) as url:
             response = httpx.post(f"{url}/v1/audio/diarization", files={"file": ("x.wav", b"RIFF")}, timeout=60)
+            refused = [httpx.post(f"{url}/v1/audio/transcriptions", files=audio, timeout=60,
+                                  data={"model": "tiny.en", "response_format": "diarized_json", **extra})
+                       for extra in ({}, {"stream": "true"})]
+            # the formats that carry speakers on a server with a diarization model are plain ones here
+            plain = httpx.post(f"{url}/v1/audio/transcriptions", files=audio, timeout=60,
+                               data={"model": "tiny.en", "response_format": "vtt"})
         assert response.status_code == 404 and "--diarization-model" in response.json()["error"]["message"]
+        for answer in refused:
+            assert answer.status_code == 400, answer.text
+            error = answer.json()["error"]
+            assert error["param"] == "response_format" and "--diarization-model" in error["message"]
+        assert plain.status_code == 200 and "<v " not in plain.text
     finally:
         engine.shutdown()
-
-
-def test_transcribe_with_a_diarization_model_writes_openai_diarized_json(model_and_audio, capsys):
-    import json
-
-    from oasr.diarization.assign import speaker_letter, speaker_of
-    from oasr.diarization.types import SpeakerSegment
-
-    checkpoint, wav, expected = model_and_audio
-    argv = ["transcribe", str(wav), "--model", "tiny.en", "--device", "cpu", "--diarization-model", str(checkpoint),
-            "--output-format", "diarized_json"]
-    assert main(argv) == 0
-    body = json.loads(capsys.readouterr().out)
-    assert set(body) == {"task", "duration", "text", "segments"} and body["task"] == "transcribe"
-    assert body["text"] and body["segments"]
-    activity = [SpeakerSegment(s["Start"], s["End"], s["Speaker"]) for s in expected]
-    for i, seg in enumerate(body["segments"]):
-        assert set(seg) == {"type", "id", "start", "end", "text", "speaker"}
-        assert seg["type"] == "transcript.text.segment" and seg["id"] == f"seg_{i}"
-        assert seg["speaker"] == speaker_letter(speaker_of(seg["start"], seg["end"], activity))
-
-
-def test_diarized_json_and_the_diarization_model_go_together(model_and_audio, capsys):
-    checkpoint, wav, _ = model_and_audio
-    assert main(["transcribe", str(wav), "--output-format", "diarized_json"]) == 2
-    assert "go together" in capsys.readouterr().err
-    assert main(["transcribe", str(wav), "--diarization-model", str(checkpoint)]) == 2
-    assert "go together" in capsys.readouterr().err
 
 
 def test_each_span_takes_the_speaker_who_talks_most_within_it():
@@ -158,3 +131,63 @@ def test_each_span_takes_the_speaker_who_talks_most_within_it():
     assert speaker_of(4.5, 5.0, activity) == 1  # nobody talks: the nearest activity
     assert speaker_of(0.0, 1.0, []) is None
     assert [speaker_letter(i) for i in (0, 1, 25, 26, 27)] == ["A", "B", "Z", "AA", "AB"]
+
+
+def test_requests_that_arrive_while_the_model_runs_are_diarized_together():
+    """The first request runs alone; three that queue meanwhile run in one batch, each with its own threshold,
+    and a failure reaches every caller of its batch."""
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from oasr.serving.diarization import DiarizationService
+
+    running, release = threading.Event(), threading.Event()
+
+    class Diarizer:  # frames of one speaker at probability ``level`` (the audio's first sample)
+        loaded = SimpleNamespace(frame_seconds=0.01)
+
+        def probabilities(self, audio):
+            if not running.is_set():
+                running.set()
+                release.wait(30)
+            if any(a[0] < 0 for a in audio):
+                raise RuntimeError("broken")
+            return [np.full((len(a) // 160, 1), a[0], np.float32) for a in audio]
+
+    service = DiarizationService("tiny")
+    service._diarizer = Diarizer()
+    results: dict[str, object] = {}
+
+    def call(name: str, level: float, threshold: float = 0.5) -> None:
+        try:
+            results[name] = service.diarize(np.full(16000, level, np.float32), name, threshold)
+        except RuntimeError as exc:
+            results[name] = exc
+
+    threads = [threading.Thread(target=call, args=("first", 0.9))]
+    threads[0].start()
+    assert running.wait(30)
+    threads += [threading.Thread(target=call, args=args) for args in
+                (("loud", 0.9), ("quiet", 0.2), ("strict", 0.9, 0.95))]
+    for t in threads[1:]:
+        t.start()
+    while len(service._queued) < 3:
+        threading.Event().wait(0.01)
+    release.set()
+    for t in threads:
+        t.join(30)
+    assert service.batch_sizes == [1, 3]
+    assert [(s.start, s.end, s.speaker) for s in results["first"].segments] == [(0.0, 1.0, 0)]
+    assert [(s.start, s.end) for s in results["loud"].segments] == [(0.0, 1.0)]
+    assert results["quiet"].segments == () and results["strict"].segments == ()
+    failing = [threading.Thread(target=call, args=(name, level)) for name, level in (("bad", -1.0), ("ok", 0.9))]
+    with service._run_lock:  # both queue before either runs: one batch, which fails for both
+        for t in failing:
+            t.start()
+        while len(service._queued) < 2:
+            threading.Event().wait(0.01)
+    for t in failing:
+        t.join(30)
+    assert isinstance(results["bad"], RuntimeError) and isinstance(results["ok"], RuntimeError)

@@ -69,7 +69,7 @@ def test_blank_windows_at_either_end_leave_no_whitespace(tiny_en):
     [
         ({"model": "m", "temperature": "hot"}, "temperature", "valid number"),
         ({"model": "m", "temperature": "1.5"}, "temperature", "less than or equal to 1"),
-        ({"model": "m", "response_format": "diarized_json"}, "response_format", "'json'"),
+        ({"model": "m", "response_format": "subtitles"}, "response_format", "'json'"),
         ({"model": "m", "stream": "maybe"}, "stream", "valid boolean"),
         ({"model": "m", "timestamp_granularities": ["segment", "syllable"]}, "timestamp_granularities", "'word'"),
         ({"model": "m", "keywords": "x"}, "keywords", "Unrecognized request argument supplied: keywords"),

@@ -21,6 +21,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from oasr.diarization.types import SpeakerSegment
 from oasr.engine.request import RequestOutput, RequestTimings
 from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError, UnsupportedOptionError
@@ -32,7 +33,10 @@ from oasr.hosting.protocol import (
     AlignResult,
     AlignWords,
     CheckOptions,
+    CheckResult,
     CoreUpdate,
+    Diarize,
+    DiarizeResult,
     EngineInfo,
     OpenStream,
     TokenDelta,
@@ -143,6 +147,15 @@ class CoreClient:
         samples = np.concatenate(audio).astype(np.float32, copy=False) if audio else np.zeros(0, np.float32)
         return await self._call(lambda call_id: AlignWords(call_id, tuple(rows), num_samples), samples)
 
+    @property
+    def diarization_model(self) -> str | None:
+        return self.info.diarization_model
+
+    async def diarize(self, audio: np.ndarray, threshold: float = 0.5) -> tuple[SpeakerSegment, ...]:
+        """Who speaks when in ``audio`` (16 kHz), by the core's diarization model, batched with others there."""
+        samples = np.ascontiguousarray(audio, dtype=np.float32)
+        return await self._call(lambda call_id: Diarize(call_id, threshold), samples)
+
     async def _call(self, message: Callable[[int], object], audio: np.ndarray | None = None):
         """Sends ``message(call_id)``, which the core answers once, and returns the answer (raises what the
         answer carries, or ``EngineDeadError`` when the core goes away first)."""
@@ -240,11 +253,10 @@ class CoreClient:
                 if request is not None:
                     batches[request.loop].append((request.queue.put_nowait,
                                                   error_of(failure.kind, failure.message)))
-            for answer in (*update.checks, *update.alignments):
+            for answer in (*update.checks, *update.alignments, *update.diarizations):
                 if answer.call_id in self._calls:
                     loop, future = self._calls[answer.call_id]
-                    value = answer.error if not isinstance(answer, AlignResult) else _words_of(answer)
-                    batches[loop].append((functools.partial(settle, future), value))
+                    batches[loop].append((functools.partial(settle, future), _value_of(answer)))
             for event in update.stream_events:
                 live = self._live.get(event.stream_id)
                 if live is not None:
@@ -288,6 +300,16 @@ class CoreClient:
 
 def error_of(kind: str, message: str) -> OASRError:
     return UnsupportedOptionError(message) if kind == UNSUPPORTED_OPTION else OASRError(message)
+
+
+def _value_of(answer: CheckResult | AlignResult | DiarizeResult) -> object:
+    if isinstance(answer, AlignResult):
+        return _words_of(answer)
+    if isinstance(answer, DiarizeResult):
+        if answer.error_kind is not None:
+            return error_of(answer.error_kind, answer.error or "diarization failed")
+        return answer.segments
+    return answer.error
 
 
 def _words_of(alignment: AlignResult) -> list[tuple[Word, ...]] | OASRError:

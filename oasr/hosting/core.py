@@ -5,7 +5,10 @@ One core serves one or more clients (``oasr serve --api-workers N``: one per HTT
 an index. The core remembers which client added each request and opened each stream, and sends its tokens,
 failures, option checks, alignments and stream events to that client only; changed stats go to every client. A
 client that drops (its process died) has its streams aborted, so their slots are free again. A word alignment
-(``AlignWords``) runs when its message is handled, between two steps, and fails alone.
+(``AlignWords``) runs when its message is handled, between two steps, and fails alone. With a diarization model
+beside the model (``EngineCoreSpec.diarization_model``), the ``Diarize`` messages handled since the last step
+run as one batch before the next one, on the same device (``oasr.diarization.offline``: a row's result does not
+depend on its batch); a failed batch fails its requests alone.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from oasr.hosting.protocol import (
     CheckResult,
     CloseStream,
     CoreUpdate,
+    Diarize,
+    DiarizeResult,
     EngineCoreSpec,
     EngineInfo,
     OpenStream,
@@ -42,6 +47,7 @@ from oasr.hosting.protocol import (
 from oasr.hosting.streams import StreamRouter
 
 if TYPE_CHECKING:
+    from oasr.diarization.offline import OfflineDiarizer
     from oasr.engine.combined import Engine
     from oasr.engine.request import RequestOutput
 
@@ -50,8 +56,11 @@ _GPU_CORE_CPU_THREADS = 2  # torch CPU threads of a core whose model runs on a G
 
 
 class EngineCore:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, diarizer: OfflineDiarizer | None = None) -> None:
         self.engine = engine
+        self.diarizer = diarizer
+        self._to_diarize: list[tuple[int, Diarize, np.ndarray]] = []
+        self._diarizations: list[tuple[int, DiarizeResult]] = []
         self.streams = StreamRouter(engine.streams, engine.loaded.name)
         # Tokens already sent per live request; None for one that only wants its finished result.
         self._sent: dict[str, int | None] = {}
@@ -68,7 +77,8 @@ class EngineCore:
         self._last_stats = self.engine.stats()
         return EngineInfo(loaded.name, str(loaded.device), self.engine.window_samples, loaded.tokenizer,
                           self._last_stats, supports_word_timestamps(loaded), self.engine.capabilities, os.getpid(),
-                          f"{type(self).__module__}.{type(self).__qualname__}")
+                          f"{type(self).__module__}.{type(self).__qualname__}",
+                          self.diarizer.loaded.name if self.diarizer is not None else None)
 
     @property
     def has_ready_work(self) -> bool:
@@ -93,6 +103,10 @@ class EngineCore:
                 self._checks.append((client, CheckResult(message.call_id, str(exc))))
         elif isinstance(message, AlignWords):
             self._alignments.append((client, self._align(message, audio)))
+        elif isinstance(message, Diarize):
+            if audio is None:
+                raise TypeError("Diarize without its audio frame")
+            self._to_diarize.append((client, message, audio))
         elif isinstance(message, (OpenStream, PushAudio, CloseStream, AbortStreams)):
             self.streams.handle(message, audio, client)
         elif isinstance(message, StopCore):
@@ -142,6 +156,7 @@ class EngineCore:
     def step_all(self, num_clients: int) -> dict[int, CoreUpdate]:
         """Runs one engine step if there is work; returns what each client has to hear (clients with nothing
         to hear are left out). Changed stats go to every one of the ``num_clients`` clients."""
+        self._diarize()
         result = self.engine.step() if self.engine.has_ready_work() else None
         deltas: dict[int, list[TokenDelta]] = {}
         for output in result.outputs if result is not None else ():
@@ -156,6 +171,7 @@ class EngineCore:
         self._last_stats = stats
         clients = set(deltas) | set(events) | {c for c, _ in self._failures} | {c for c, _ in self._checks}
         clients |= {c for c, _ in self._alignments} | {c for c, _ in stream_failures}
+        clients |= {c for c, _ in self._diarizations}
         if changed is not None:
             clients |= set(range(num_clients))
         updates = {
@@ -164,13 +180,38 @@ class EngineCore:
                                tuple(r for c, r in self._checks if c == client),
                                tuple(a for c, a in self._alignments if c == client), changed,
                                tuple(events.get(client, ())),
-                               tuple(f for c, f in stream_failures if c == client))
+                               tuple(f for c, f in stream_failures if c == client),
+                               tuple(d for c, d in self._diarizations if c == client))
             for client in sorted(clients)
         }
+        self._diarizations.clear()
         self._failures.clear()
         self._checks.clear()
         self._alignments.clear()
         return updates
+
+    def _diarize(self) -> None:
+        """The ``Diarize`` messages handled since the last step, as one batch."""
+        if not self._to_diarize:
+            return
+        batch, self._to_diarize = self._to_diarize, []
+        if self.diarizer is None:
+            self._diarizations += [(client, DiarizeResult(m.call_id, error_kind=UNSUPPORTED_OPTION,
+                                                          error="this engine core serves no diarization model"))
+                                   for client, m, _ in batch]
+            return
+        from oasr.diarization.segments import speaker_segments
+
+        try:
+            probs = self.diarizer.probabilities([audio for _, _, audio in batch])
+        except Exception as exc:
+            log.exception("diarization failed")
+            self._diarizations += [(client, DiarizeResult(m.call_id, error_kind=INTERNAL_ERROR, error=describe(exc)))
+                                   for client, m, _ in batch]
+            return
+        frame_s = self.diarizer.loaded.frame_seconds
+        self._diarizations += [(client, DiarizeResult(m.call_id, speaker_segments(rows, frame_s, m.threshold)))
+                               for (client, m, _), rows in zip(batch, probs, strict=True)]
 
     def _delta(self, output: RequestOutput) -> TokenDelta | None:
         if output.request_id not in self._sent:
@@ -205,6 +246,16 @@ def build_engine(spec: EngineCoreSpec, *, live_streams: bool = True) -> Engine:
         # workers beside the core.
         torch.set_num_threads(min(_GPU_CORE_CPU_THREADS, torch.get_num_threads()))
     return Engine(loaded, spec.config, spec.streaming, live_streams=live_streams)
+
+
+def build_diarizer(spec: EngineCoreSpec) -> OfflineDiarizer | None:
+    """``spec.diarization_model`` loaded on the model's device, or None without one."""
+    if spec.diarization_model is None:
+        return None
+    from oasr.diarization.loader import load_diarizer
+    from oasr.diarization.offline import OfflineDiarizer
+
+    return OfflineDiarizer(load_diarizer(spec.diarization_model, device=spec.device))
 
 
 def describe(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from oasr.diarization.types import SpeakerSegment
 from oasr.hosting.live_stream import LiveStream
 from oasr.engine.stats import EngineStats
 from oasr.engine.request import RequestOutput
@@ -66,3 +67,11 @@ class EngineClient(Protocol):
 
     def stats(self) -> EngineStats:
         """A recent snapshot of the engine's queue, memory and batch sizes."""
+
+    @property
+    def diarization_model(self) -> str | None:
+        """The diarization checkpoint the engine serves beside its model (``diarize``), or None."""
+
+    async def diarize(self, audio: np.ndarray, threshold: float = 0.5) -> Sequence[SpeakerSegment]:
+        """Who speaks when in ``audio`` (16 kHz), by ``diarization_model``. Raises ``UnsupportedOptionError``
+        without one, ``EngineDeadError`` when the engine has stopped."""

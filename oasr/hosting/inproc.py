@@ -90,10 +90,12 @@ class InprocClient(CoreClient):
 
 
 def start_inproc(model: str, *, device: str = "auto", dtype: str | None = None, config=None, streaming=None,
-                 quantization: str | None = None, max_waiting: int = 1024) -> InprocClient:
-    """Loads ``model`` and serves it from a thread of this process."""
-    from oasr.hosting.core import build_engine
+                 quantization: str | None = None, max_waiting: int = 1024,
+                 diarization_model: str | None = None) -> InprocClient:
+    """Loads ``model`` (and ``diarization_model`` beside it) and serves it from a thread of this process."""
+    from oasr.hosting.core import build_diarizer, build_engine
     from oasr.hosting.protocol import EngineCoreSpec
 
-    spec = EngineCoreSpec(model, device, dtype, config, streaming=streaming, quantization=quantization)
-    return InprocClient(EngineCore(build_engine(spec)), max_waiting=max_waiting)
+    spec = EngineCoreSpec(model, device, dtype, config, streaming=streaming, quantization=quantization,
+                          diarization_model=diarization_model)
+    return InprocClient(EngineCore(build_engine(spec), build_diarizer(spec)), max_waiting=max_waiting)

@@ -361,8 +361,8 @@ class MPClient(CoreClient):
 
 def start_mp(model: str, *, device: str = "auto", dtype: str | None = None, config=None, streaming=None,
              quantization: str | None = None, cpu_threads: int | None = None, max_waiting: int = 1024,
-             policy: RestartPolicy = RestartPolicy()) -> MPClient:
-    """Serves ``model`` from a supervised engine-core process."""
+             policy: RestartPolicy = RestartPolicy(), diarization_model: str | None = None) -> MPClient:
+    """Serves ``model`` (and ``diarization_model`` beside it) from a supervised engine-core process."""
     spec = EngineCoreSpec(model, device, dtype, config, logging.getLogger().getEffectiveLevel(), cpu_threads,
-                          streaming=streaming, quantization=quantization)
+                          streaming=streaming, quantization=quantization, diarization_model=diarization_model)
     return MPClient(spec, max_waiting=max_waiting, policy=policy)

@@ -23,7 +23,7 @@ import zmq
 
 from oasr.errors import OASRError
 from oasr.heap import bound_heap
-from oasr.hosting.core import EngineCore, build_engine, describe
+from oasr.hosting.core import EngineCore, build_diarizer, build_engine, describe
 from oasr.hosting.loop import Envelope, run_core
 from oasr.hosting.protocol import CoreFailed, CoreReady, EngineCoreSpec, dumps, loads
 
@@ -100,7 +100,7 @@ def run_engine_core(spec: EngineCoreSpec, channels: tuple[tuple[str, str], ...])
     orphaned = False
     try:
         try:
-            core = EngineCore(build_engine(spec))
+            core = EngineCore(build_engine(spec), build_diarizer(spec))
         except BaseException as exc:
             tell_all(CoreFailed(describe(exc)))
             if not isinstance(exc, OASRError):

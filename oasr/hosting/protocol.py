@@ -2,7 +2,7 @@
 two ZeroMQ sockets per client to a core process, Ray calls to a replica).
 
 client -> core: ``AddRequest`` (its audio travels as a second frame of raw float32 bytes),
-``AbortRequests``, ``CheckOptions``, ``AlignWords`` (audio as for ``AddRequest``), ``StopCore``; for a model
+``AbortRequests``, ``CheckOptions``, ``AlignWords`` and ``Diarize`` (audio as for ``AddRequest``), ``StopCore``; for a model
 that streams, ``OpenStream``, ``PushAudio`` (16 kHz float32 samples as the second frame), ``CloseStream`` and
 ``AbortStreams``. Core -> client: first ``CoreReady`` or ``CoreFailed``, then one ``CoreUpdate`` per
 loop iteration that had anything to say (requests' tokens, streams' ``StreamEvent``s and failures), and
@@ -17,6 +17,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
+from oasr.diarization.types import SpeakerSegment
 from oasr.engine.config import EngineConfig
 from oasr.engine.stats import EngineStats
 from oasr.engine.request import FinishReason, RequestTimings
@@ -46,6 +47,8 @@ class EngineCoreSpec:
     cpu_threads: int | None = None
     streaming: StreamingConfig | None = None  # a streaming model's stream slots (None: StreamingConfig())
     quantization: str | None = None  # a method to quantize a full-precision checkpoint with at load
+    # A diarization checkpoint the core serves beside the model (``Diarize``), on the same device (None: none).
+    diarization_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class EngineInfo:
     capabilities: ModelCapabilities | None = None  # the served architecture's record (how the server cuts audio)
     pid: int | None = None  # the process the core runs in
     core_class: str = ""  # the class serving (every host runs ``oasr.hosting.core.EngineCore``)
+    diarization_model: str | None = None  # the diarization checkpoint the core answers ``Diarize`` with
 
 
 # ----------------------------------------------------------------------------------- API -> core
@@ -92,6 +96,15 @@ class AlignWords:
     call_id: int
     rows: tuple[AlignmentRow, ...]
     num_samples: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Diarize:
+    """Who speaks when in one input (the core's diarization model): its audio, 16 kHz mono float32, travels as
+    the message's second frame; a frame above ``threshold`` is a speaker's speech."""
+
+    call_id: int
+    threshold: float
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,14 @@ class AlignResult:
 
 
 @dataclass(frozen=True)
+class DiarizeResult:
+    call_id: int
+    segments: tuple[SpeakerSegment, ...] = ()
+    error_kind: str | None = None  # UNSUPPORTED_OPTION (no diarization model) or INTERNAL_ERROR when it failed
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class StreamFailed:
     """A stream the core could not open (or keep): it is gone there, and gets no events."""
 
@@ -195,6 +216,7 @@ class CoreUpdate:
     stats: EngineStats | None = None  # sent when it changed since the last update
     stream_events: tuple[StreamEvent, ...] = ()  # in the order the engine stepped them
     stream_failures: tuple[StreamFailed, ...] = ()
+    diarizations: tuple[DiarizeResult, ...] = ()
 
 
 def dumps(message: object) -> bytes:

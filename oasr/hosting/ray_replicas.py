@@ -274,6 +274,13 @@ class RayReplicaSet:
     async def align_words(self, rows: Sequence, audio: Sequence[np.ndarray]) -> Sequence[Sequence[Word]]:
         return await self._acquire(count=False).client.align_words(rows, audio)
 
+    @property
+    def diarization_model(self) -> str | None:
+        return self.info.diarization_model  # replicas load none: the API process runs its own
+
+    async def diarize(self, audio: np.ndarray, threshold: float = 0.5):
+        return await self._acquire(count=False).client.diarize(audio, threshold)
+
     async def generate(self, audio: np.ndarray, options: DecodeOptions, *,
                        partial: bool = True) -> AsyncIterator[RequestOutput]:
         """This request's outputs from the least-loaded replica. Leaving early aborts it there."""

@@ -22,7 +22,6 @@ from starlette.responses import JSONResponse
 from oasr.engine.config import EngineConfig
 from oasr.serving.auth import KeyedDocumentsMiddleware
 from oasr.serving.connections import uvicorn_config
-from oasr.serving.diarization import DiarizationService
 from oasr.hosting.engine_client import EngineClient
 from oasr.serving.hosts import AllowedHostsMiddleware
 from oasr.serving.lifecycle import ServerLifecycle
@@ -49,9 +48,9 @@ def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     app.state.realtime = RealtimeService(app.state.serving)  # /v1/realtime's sessions, beside the uploads
     app.state.lifecycle = ServerLifecycle(app.state.serving)  # what /health says; the server drains it
     app.state.created = int(time.time())
-    # /v1/audio/diarization's model, an engine object of its own beside the core (oasr.serving.diarization)
-    app.state.diarization = (DiarizationService(settings.diarization_model, settings.diarization_device)
-                             if settings.diarization_model else None)
+    # --diarization-model's engine object beside the core (oasr.serving.diarization): /v1/audio/diarization
+    # and the speakers of transcriptions share it
+    app.state.diarization = app.state.serving.diarization
     app.include_router(build_router())
     app.add_middleware(MetricsMiddleware, metrics=app.state.serving.metrics)
     app.add_middleware(KeyedDocumentsMiddleware, keys=settings.api_keys)  # /openapi.json: the key, as /v1
@@ -113,21 +112,23 @@ ENGINE_MODES = ("process", "thread")
 def start_engine(model: str, *, mode: str = "process", device: str = "auto", dtype: str | None = None,
                  config: EngineConfig | None = None, max_waiting: int = 1024,
                  cpu_threads: int | None = None, quantization: str | None = None,
-                 streaming: StreamingConfig | None = None) -> EngineClient:
+                 streaming: StreamingConfig | None = None, diarization_model: str | None = None) -> EngineClient:
     """The engine behind the server: in a process of its own (``process``: nothing the HTTP side does competes
     with its step loop for the interpreter lock), or on a thread of this process (``thread``).
     ``cpu_threads`` sets torch's CPU threads in a core process; ``quantization`` quantizes a full-precision
-    checkpoint at load (``from_pretrained``); ``streaming``, a streaming model's stream slots."""
+    checkpoint at load (``from_pretrained``); ``streaming``, a streaming model's stream slots;
+    ``diarization_model``, a diarization checkpoint the core serves beside the model."""
     if mode == "process":
         from oasr.hosting.mp import start_mp
 
         return start_mp(model, device=device, dtype=dtype, config=config, streaming=streaming,
-                        quantization=quantization, cpu_threads=cpu_threads, max_waiting=max_waiting)
+                        quantization=quantization, cpu_threads=cpu_threads, max_waiting=max_waiting,
+                        diarization_model=diarization_model)
     if mode == "thread":
         from oasr.hosting.inproc import start_inproc
 
         return start_inproc(model, device=device, dtype=dtype, config=config, streaming=streaming,
-                            quantization=quantization, max_waiting=max_waiting)
+                            quantization=quantization, max_waiting=max_waiting, diarization_model=diarization_model)
     raise ValueError(f"unknown engine mode {mode!r}; choose one of {', '.join(ENGINE_MODES)}")
 
 
@@ -165,8 +166,9 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
                                     config=config)
             described = f"{replicas.num_replicas} engine replicas on Ray"
         else:
+            # --diarization-model runs in the engine core, beside the model (on Ray, in the API process)
             engine = start_engine(model, mode=engine_mode, device=device, dtype=dtype, quantization=quantization,
-                                  streaming=streaming, config=config)
+                                  streaming=streaming, config=config, diarization_model=settings.diarization_model)
             described = f"engine in a {engine_mode}"
         try:
             app = build_app(engine, settings)

@@ -10,7 +10,7 @@ from oasr.types import Transcription
 OUTPUT_FORMATS = ("txt", "json", "jsonl", "srt", "vtt")
 
 
-def _clock(seconds: float, decimal: str) -> str:
+def clock(seconds: float, decimal: str) -> str:
     millis = round(seconds * 1000)
     hours, millis = divmod(millis, 3_600_000)
     minutes, millis = divmod(millis, 60_000)
@@ -20,14 +20,14 @@ def _clock(seconds: float, decimal: str) -> str:
 
 def to_srt(result: Transcription) -> str:
     cues = [
-        f"{i}\n{_clock(s.start, ',')} --> {_clock(s.end, ',')}\n{s.text}\n"
+        f"{i}\n{clock(s.start, ',')} --> {clock(s.end, ',')}\n{s.text}\n"
         for i, s in enumerate(result.segments, start=1)
     ]
     return "\n".join(cues)
 
 
 def to_vtt(result: Transcription) -> str:
-    cues = [f"{_clock(s.start, '.')} --> {_clock(s.end, '.')}\n{s.text}\n" for s in result.segments]
+    cues = [f"{clock(s.start, '.')} --> {clock(s.end, '.')}\n{s.text}\n" for s in result.segments]
     return "WEBVTT\n\n" + "\n".join(cues)
 
 

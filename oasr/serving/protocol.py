@@ -11,7 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
+# diarized_json: OpenAI's speaker-labelled transcript, served with ``oasr serve --diarization-model``
+ResponseFormat = Literal["json", "text", "srt", "vtt", "verbose_json", "diarized_json"]
 Granularity = Literal["word", "segment"]
 LIST_FIELDS = ("timestamp_granularities",)  # sent as ``name[]`` (repeated) by OpenAI's clients
 

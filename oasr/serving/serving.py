@@ -48,6 +48,8 @@ from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
 from oasr.serving.admission import Admission, ClientCaps, Ticket, busy
 from oasr.serving.decoding import OrderedText, WindowedDecode, WindowProgress
+from oasr.serving.diarization import DiarizationService, check_diarized, diarize_within
+from oasr.serving.diarization_formats import diarized_response, diarized_segments, with_speakers
 from oasr.hosting.engine_client import EngineClient
 from oasr.serving.formats import render
 from oasr.serving.metrics import ServerMetrics
@@ -67,6 +69,8 @@ from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
 from oasr.serving.verbose import verbose_language, verbose_segments, verbose_words
+from oasr.diarization.assign import speaker_turns
+from oasr.diarization.types import SpeakerSegment
 from oasr.types import (DecodeOptions, FallbackOptions, Hotword, HotwordsError, Task, Transcription,
                         parse_hotwords)
 
@@ -75,8 +79,15 @@ T = TypeVar("T")
 
 _MAX_NAME_CHARS = 128  # of a client's file or model name echoed back in errors
 _TEXT_FORMATS = {"text": "txt", "srt": "srt", "vtt": "vtt"}
-_TIMED_FORMATS = ("srt", "vtt", "verbose_json")  # decoded with timestamps unless granularities say otherwise
-_STREAMED_FORMATS = ("json", "text")  # a stream carries text events; subtitles and segments need the end
+# decoded with timestamps unless granularities say otherwise
+_TIMED_FORMATS = ("srt", "vtt", "verbose_json", "diarized_json")
+# A stream carries text events (diarized_json's speaker segments once they are known); subtitles and verbose
+# segments need the end.
+_STREAMED_FORMATS = ("json", "text", "diarized_json")
+# With a diarization model, these carry speakers; the speaker turns of all but verbose_json (whose segments are
+# the decoder's) split where a word's speaker changes, so their words are timed where the model can.
+_SPEAKER_FORMATS = ("srt", "vtt", "verbose_json", "diarized_json")
+_TURN_FORMATS = ("srt", "vtt", "diarized_json")
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,8 @@ class TranscriptionJob:
     plan: CoverPlan  # how its windows are decoded, as offline decodes them
     ticket: Ticket
     deadline: float  # event-loop time (from admission) after which the request is aborted (504)
+    speakers: bool = False  # the diarization model runs on the audio: the answer carries speakers
+    turn_words: bool = False  # words are timed (not shown) so that speaker turns split between them
 
     @property
     def stream(self) -> bool:
@@ -104,11 +117,16 @@ class TranscriptionJob:
     def word_timestamps(self) -> bool:
         return "word" in self.granularities
 
+    @property
+    def aligns_words(self) -> bool:
+        return self.word_timestamps or self.turn_words
+
 
 @dataclass(frozen=True)
 class TranscriptionResult:
     transcription: Transcription
     windows: list[DecodedWindow]
+    activity: tuple[SpeakerSegment, ...] | None = None  # who spoke when (None: no speakers asked for)
 
 
 class OpenAIServingTranscription:
@@ -120,6 +138,9 @@ class OpenAIServingTranscription:
         self.client_caps = ClientCaps(settings.max_in_flight_per_client, settings.max_in_flight_per_key,
                                       settings.retry_after_s)
         self.metrics = ServerMetrics(engine, lambda: self.admission.num_in_flight)
+        # --diarization-model's engine object, beside the core (None: no speakers on this server)
+        self.diarization = (DiarizationService(settings.diarization_model, settings.diarization_device, engine)
+                            if settings.diarization_model else None)
         # A request found the engine stopped (None: none has): the engine's restart count then. Unhealthy until a
         # restarted engine core serves, even where the client has not noticed the death itself.
         self._died_at_restart: int | None = None
@@ -200,8 +221,10 @@ class OpenAIServingTranscription:
             raise APIError(400, f"{source}: the audio is {duration_s:.1f} s long; this server accepts at most "
                            f"{self.settings.max_audio_seconds:g} s.", param="file", code="audio_too_long")
         spans = self.span_planner(audio)
+        speakers = self.diarization is not None and params.response_format in _SPEAKER_FORMATS
+        turn_words = (speakers and params.response_format in _TURN_FORMATS and self.engine.supports_word_timestamps)
         return TranscriptionJob(task, params, source, audio, duration_s, options, spans,
-                                await self._plan(options, len(spans)), ticket, deadline)
+                                await self._plan(options, len(spans)), ticket, deadline, speakers, turn_words)
 
     async def _plan(self, options: DecodeOptions, num_windows: int) -> CoverPlan:
         """``oasr.transcribe``'s plan for these options: fallback temperatures unless one was asked for."""
@@ -215,6 +238,8 @@ class OpenAIServingTranscription:
         """Refuses, saying why, every option this server would otherwise have to ignore. Temperature 0 is greedy
         decoding with openai-whisper's fallback (see the module's docstring)."""
         language, granularities = params.language or None, []
+        if params.response_format == "diarized_json":
+            check_diarized(task, self.diarization)
         if isinstance(params, TranscriptionParams):
             if params.timestamp_granularities and params.response_format != "verbose_json":
                 raise APIError(400, "'timestamp_granularities' needs response_format 'verbose_json'.",
@@ -304,11 +329,12 @@ class OpenAIServingTranscription:
     # ------------------------------------------------------------------------------------ realtime turns
 
     async def transcribe_turn(self, audio: np.ndarray, options: DecodeOptions, hold: Ticket,
-                              on_text: Callable[[str], Awaitable[None]]) -> Transcription:
+                              on_text: Callable[[str], Awaitable[None]], *, words: bool = False) -> Transcription:
         """One realtime turn (16 kHz samples) decoded as an upload's audio is, beside the uploads: a place in
         admission (releasing ``hold``, the turn's place among its client's, with it), the offline cut and plan,
-        every window at once; text handed to ``on_text`` as it becomes stable. Raises ``APIError`` (busy,
-        timed out, the engine stopped). Cancelling it aborts the turn's engine requests."""
+        every window at once; text handed to ``on_text`` as it becomes stable; with ``words`` (a model that
+        times them), its segments' words aligned once the text is done. Raises ``APIError`` (busy, timed out,
+        the engine stopped). Cancelling it aborts the turn's engine requests."""
         try:
             ticket = self.admission.acquire(hold)
         except APIError:
@@ -327,10 +353,13 @@ class OpenAIServingTranscription:
                 piece = text.add(index, progress)
                 if piece:
                     await on_text(piece)
+            windows = decode.results()
+            if words and self.engine.supports_word_timestamps:
+                windows = await self._aligned(windows, decode.windows, options.task, deadline)
             duration_s = audio_duration(audio)
             self.metrics.total_seconds.observe(time.perf_counter() - ticket.admitted_at)
             self.metrics.audio_seconds.inc(duration_s)
-            return assemble("realtime", duration_s, decode.results())
+            return assemble("realtime", duration_s, windows)
         except (APIError, asyncio.CancelledError):
             raise
         except Exception as exc:
@@ -368,7 +397,22 @@ class OpenAIServingTranscription:
 
     # ------------------------------------------------------------------------------------ decoding
 
+    def _start_speakers(self, job: TranscriptionJob) -> asyncio.Task | None:
+        """The diarization of the job's audio, running beside its decode (None when it needs none)."""
+        if not job.speakers or self.diarization is None:
+            return None
+        return asyncio.ensure_future(diarize_within(self.diarization, job.audio, job.source, job.deadline))
+
     async def _collect(self, job: TranscriptionJob) -> TranscriptionResult:
+        speakers = self._start_speakers(job)
+        try:
+            result = await self._collect_text(job)
+            return replace(result, activity=await speakers) if speakers is not None else result
+        finally:
+            if speakers is not None:
+                speakers.cancel()
+
+    async def _collect_text(self, job: TranscriptionJob) -> TranscriptionResult:
         decode = WindowedDecode(self.engine, job.audio, job.spans, job.plan, partial=False)
         finals: list[RequestOutput] = []
         try:
@@ -385,15 +429,19 @@ class OpenAIServingTranscription:
         if first_tokens:
             self.metrics.first_token_seconds.observe(max(min(first_tokens) - job.ticket.admitted_at, 0.0))
         windows = decode.results()
-        if job.word_timestamps:
+        if job.aligns_words:
             windows = await self._with_words(job, windows, decode.windows)
         return self._result(job, windows)
 
     async def _with_words(self, job: TranscriptionJob, windows: list[DecodedWindow],
                           audio: list[np.ndarray]) -> list[DecodedWindow]:
         """The windows with their words, aligned by the engine within the request's deadline."""
-        rows = alignment_rows(windows, audio, job.task, self.engine.window_samples)
-        timeout = job.deadline - asyncio.get_running_loop().time()
+        return await self._aligned(windows, audio, job.task, job.deadline)
+
+    async def _aligned(self, windows: list[DecodedWindow], audio: list[np.ndarray], task: Task,
+                       deadline: float) -> list[DecodedWindow]:
+        rows = alignment_rows(windows, audio, task, self.engine.window_samples)
+        timeout = deadline - asyncio.get_running_loop().time()
         if timeout <= 0:
             raise TimeoutError
         words = await asyncio.wait_for(self.engine.align_words(rows, audio), timeout)
@@ -403,19 +451,28 @@ class OpenAIServingTranscription:
         """Waits for the first output before answering, so that a request the engine refuses gets its real
         status (429, 504) rather than a 200 stream carrying an error."""
         decode = WindowedDecode(self.engine, job.audio, job.spans, job.plan, partial=True)
+        speakers = self._start_speakers(job)
         try:
             first = await self._until_done_or_gone(decode.next(job.deadline), client_gone)
         except BaseException:
             decode.cancel()
+            if speakers is not None:
+                speakers.cancel()
             raise
 
         def close() -> None:
             decode.cancel()
+            if speakers is not None:
+                speakers.cancel()
             job.ticket.release()
 
-        return SSEResponse(self._events(job, decode, first), on_close=close)
+        return SSEResponse(self._events(job, decode, first, speakers), on_close=close)
 
-    async def _events(self, job: TranscriptionJob, decode: WindowedDecode, first: tuple[int, WindowProgress]):
+    async def _events(self, job: TranscriptionJob, decode: WindowedDecode, first: tuple[int, WindowProgress],
+                      speakers: asyncio.Task | None = None):
+        """Text deltas as the windows decode; with speakers (diarized_json), each speaker segment's
+        ``transcript.text.segment`` once every window is decoded (its words timed, where the turns split on
+        them) and the diarization is done; then ``transcript.text.done``."""
         text = OrderedText(self.tokenizer, decode.num_windows)
         index, progress = first
         self.metrics.first_token_seconds.observe(time.perf_counter() - job.ticket.admitted_at)
@@ -429,7 +486,13 @@ class OpenAIServingTranscription:
                 if decode.done:
                     break
                 index, progress = await decode.next(job.deadline)
-            result = self._result(job, decode.results())
+            windows = decode.results()
+            if job.aligns_words:
+                windows = await self._with_words(job, windows, decode.windows)
+            result = self._result(job, windows)
+            if speakers is not None:
+                for segment in diarized_segments(speaker_turns(result.transcription.segments, await speakers)):
+                    yield sse_data(segment)
             yield sse_data(TextDoneEvent(text=result.transcription.text))
         except Exception as exc:  # the status line is gone: OpenAI's clients raise on an ``error`` event
             yield sse_data(self._api_error(exc).body())
@@ -468,6 +531,8 @@ class OpenAIServingTranscription:
         fmt = job.params.response_format
         transcription = result.transcription
         usage = Usage(seconds=transcription.duration_s) if job.task == "transcribe" else None
+        if result.activity is not None and fmt != "verbose_json":
+            return diarized_response(fmt, transcription, result.activity, usage.seconds if usage else None)
         if fmt in _TEXT_FORMATS:
             return PlainTextResponse(render(transcription, _TEXT_FORMATS[fmt]))
         if fmt == "verbose_json":
@@ -482,8 +547,9 @@ class OpenAIServingTranscription:
                 usage=usage,
                 **(self.tokenizer.audio_tags(transcription.token_ids) if self.engine.capabilities.audio_tags else {}),
             )
-            return JSONResponse(body.model_dump(exclude={k for k in ("segments", "words", "usage", "emotion", "event")
-                                                         if getattr(body, k) is None}))
+            content = body.model_dump(exclude={k for k in ("segments", "words", "usage", "emotion", "event")
+                                               if getattr(body, k) is None})
+            return JSONResponse(content if result.activity is None else with_speakers(content, result.activity))
         return JSONResponse(TranscriptionResponse(text=transcription.text, usage=usage).model_dump(exclude_none=True))
 
     def _api_error(self, exc: Exception) -> APIError:

@@ -60,7 +60,7 @@ def serve_workers(model: str, settings: ServerSettings, *, host: str, port: int,
         raise ValueError(f"api_workers must be >= 1, got {api_workers}")
     level = logging.getLogger().getEffectiveLevel()
     spec = EngineCoreSpec(model, device, dtype, config, level, cpu_threads, streaming=streaming,
-                          quantization=quantization)
+                          quantization=quantization, diarization_model=settings.diarization_model)
     metrics_dir = tempfile.mkdtemp(prefix="oasr-metrics-")
     previous_env = os.environ.get(MULTIPROC_ENV)
     os.environ[MULTIPROC_ENV] = metrics_dir  # spawned workers inherit it before they import prometheus_client

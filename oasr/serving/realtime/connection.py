@@ -42,6 +42,7 @@ from oasr.hosting.relay import EngineDeadError
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.serving.admission import OpenCounts, Ticket, busy
 from oasr.serving.decoding import StreamedText
+from oasr.serving.diarization_realtime import SessionSpeakers, segment_events
 from oasr.serving.protocol import APIError
 from oasr.serving.realtime.audio import InputAudio
 from oasr.serving.realtime.protocol import (
@@ -197,6 +198,9 @@ class RealtimeConnection:
         self.live: LiveTurn | None = None  # the streamed turn being spoken
         self._streamed: list[LiveTurn] = []  # streamed turns not yet answered, in turn order
         self._send_lock = asyncio.Lock()
+        # with --diarization-model: each completed item's speaker segments (oasr.serving.diarization_realtime)
+        diarization = self.serving.diarization
+        self.speakers = SessionSpeakers(diarization) if diarization is not None else None
 
     # ------------------------------------------------------------------ the session's life
 
@@ -536,6 +540,7 @@ class RealtimeConnection:
             if failure is not None:
                 await self.send(TranscriptFailedEvent(item_id=live.item_id, error=self._stream_error(failure)))
                 return
+            await self._send_speakers(live.item_id, committed.audio, (), transcript)
             await self.send(TranscriptCompletedEvent(item_id=live.item_id, transcript=transcript,
                                                      usage=DurationUsage(seconds=round(committed.duration_s, 3))))
             self.serving.metrics.realtime_completion_seconds.observe(time.perf_counter() - committed_at)
@@ -576,14 +581,23 @@ class RealtimeConnection:
 
         try:
             hold = self.serving.client_caps.acquire(self.client, self.api_key)
-            result = await self.serving.transcribe_turn(turn.committed.audio, turn.options, hold, delta)
+            # with speakers, words are timed (where the model can) so the item splits where the speaker changes
+            result = await self.serving.transcribe_turn(turn.committed.audio, turn.options, hold, delta,
+                                                        words=self.speakers is not None)
         except APIError as exc:
             await self.send(TranscriptFailedEvent(item_id=item_id, error=ErrorDetail(
                 type=exc.type, code=exc.code, message=exc.message, param=exc.param)))
             return
+        await self._send_speakers(item_id, turn.committed.audio, result.segments, result.text)
         await self.send(TranscriptCompletedEvent(item_id=item_id, transcript=result.text,
                                                  usage=DurationUsage(seconds=round(turn.committed.duration_s, 3))))
         self.serving.metrics.realtime_completion_seconds.observe(time.perf_counter() - turn.committed_at)
+
+    async def _send_speakers(self, item_id: str, audio: np.ndarray, segments, transcript: str) -> None:
+        """The item's speaker segments, before its ``completed`` (a server with a diarization model)."""
+        if self.speakers is not None:
+            for event in segment_events(item_id, await self.speakers.turns(audio, segments, transcript)):
+                await self.send(event)
 
     # ------------------------------------------------------------------ helpers
 

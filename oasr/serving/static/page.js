@@ -218,10 +218,14 @@ class LiveCaptions {
     } else if (type === TRANSCRIPT_PREFIX + "delta") {
       const line = this.line(event.item_id);
       this.render(line, line.text + event.delta, "partial");
+    } else if (type === TRANSCRIPT_PREFIX + "segment") {
+      // A server with a diarization model says who spoke each part of the item, just before it completes.
+      this.line(event.item_id).segments.push(event);
     } else if (type === TRANSCRIPT_PREFIX + "completed") {
       const line = this.line(event.item_id);
       line.done = true;
       this.render(line, event.transcript, "final");
+      this.showSpeakers(line);
     } else if (type === TRANSCRIPT_PREFIX + "failed") {
       const line = this.line(event.item_id);
       line.done = true;
@@ -241,7 +245,7 @@ class LiveCaptions {
       const element = document.createElement("li");
       element.dataset.itemId = itemId;
       this.elements.captions.append(element);
-      line = {element, text: "", done: false};
+      line = {element, text: "", done: false, segments: []};
       this.lines.set(itemId, line);
       this.render(line, "", "partial");
     }
@@ -253,6 +257,24 @@ class LiveCaptions {
     line.element.className = state;
     line.element.textContent = text.trim() || "…";
     this.elements.copy.disabled = ![...this.lines.values()].some((each) => each.text.trim());
+  }
+
+  // The final line as its speakers' parts, each led by its speaker ("Speaker A"); the text itself is unchanged.
+  showSpeakers(line) {
+    if (!line.segments.length) return;
+    line.element.textContent = "";
+    line.segments.forEach((segment, i) => {
+      const part = document.createElement("span");
+      part.className = "turn";
+      part.dataset.speaker = segment.speaker;
+      const who = document.createElement("span");
+      who.className = "speaker";
+      who.textContent = `Speaker ${segment.speaker}: `;
+      part.append(who, document.createTextNode(segment.text));
+      if (i) line.element.append("\n");  // copied captions keep one speaker's part per line
+      line.element.append(part);
+    });
+    line.element.dataset.speakers = String(line.segments.length);
   }
 
   // Stop: the microphone closes at once; a turn still open is committed, and the socket waits for the
