@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from oasr.errors import CheckpointError
-from oasr.vad.fsmn_net import load_fsmn_vad
+from oasr.models.fsmn_vad.net import load_fsmn_vad
 
 DATA = Path(__file__).parent / "data" / "funasr"
 
@@ -52,7 +52,7 @@ def test_fsmn_missing_folder_is_refused(tmp_path):
 def test_fsmn_offline_segments_equal_funasr(golden):
     from tests.speech_data import clips
 
-    from oasr.vad.fsmn import FsmnVAD
+    from oasr.models.fsmn_vad.detector import FsmnVAD
 
     detector = FsmnVAD.load("cpu", DATA / "fsmn_vad")
     for clip, expected in zip(clips(golden["clips"]), golden["offline"]):
@@ -63,7 +63,7 @@ def test_fsmn_offline_segments_equal_funasr(golden):
 
 
 def test_fsmn_detector_without_folder_is_refused():
-    from oasr.vad.fsmn import FsmnVAD
+    from oasr.models.fsmn_vad.detector import FsmnVAD
 
     with pytest.raises(CheckpointError, match="model folder"):
         FsmnVAD.load("cpu")

@@ -1,4 +1,4 @@
-"""FunASR's FSMN-VAD as a speech detector: the ported network (``oasr.vad.fsmn_net``) scores each 10 ms frame,
+"""FunASR's FSMN-VAD as a speech detector: the ported network (``oasr.models.fsmn_vad.net``) scores each 10 ms frame,
 and FunASR's own segment logic (``oasr.vad.fsmn_segments``) can turn those scores into FunASR's segments.
 
 Not registered in ``VAD_DETECTORS`` yet: the registry's ``load(device)`` carries no model folder, and FSMN-VAD's
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from oasr.vad.detector import Audio, as_samples
-from oasr.vad.fsmn_net import FsmnVadNet, load_fsmn_vad
+from oasr.models.fsmn_vad.net import FsmnVadNet, load_fsmn_vad
 from oasr.vad.fsmn_segments import (
     DYNAMIC_FIRST_END_SILENCE_MS,
     DYNAMIC_SPEECH_NOISE_THRES,
