@@ -28,9 +28,9 @@ class RecordingServing(FakeServing):
 
         self.engine = Engine()
 
-    async def transcribe_turn(self, audio, options, hold, on_text):
+    async def transcribe_turn(self, audio, options, hold, on_text, *, words=False):
         self.options.append(options)
-        return await super().transcribe_turn(audio, options, hold, on_text)
+        return await super().transcribe_turn(audio, options, hold, on_text, words=words)
 
 
 def session(serving: FakeServing, events: list[dict], done) -> list[dict]:

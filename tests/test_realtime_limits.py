@@ -66,9 +66,9 @@ class GatedServing(FakeServing):
         self.settings = replace(self.settings, realtime=realtime)
         self.gate = asyncio.Event()
 
-    async def transcribe_turn(self, audio, options, hold, on_text):
+    async def transcribe_turn(self, audio, options, hold, on_text, *, words=False):
         await self.gate.wait()
-        return await super().transcribe_turn(audio, options, hold, on_text)
+        return await super().transcribe_turn(audio, options, hold, on_text, words=words)
 
 
 def append(num_bytes: int = TURN_BYTES, level: int = 0) -> dict:

@@ -277,6 +277,7 @@ class FakeServing:
         self.outcome = outcome
         self.num_cancelled = 0
         self.started = asyncio.Event()
+        self.diarization = None  # no --diarization-model: turns carry no speakers
 
         class Metrics:
             def __getattr__(self, name):
@@ -292,7 +293,7 @@ class FakeServing:
 
         self.engine = Engine()
 
-    async def transcribe_turn(self, audio, options, hold, on_text):
+    async def transcribe_turn(self, audio, options, hold, on_text, *, words=False):
         self.started.set()
         try:
             if self.outcome == "busy":
@@ -301,7 +302,7 @@ class FakeServing:
                 await asyncio.Event().wait()
             await on_text("Hello")
             await on_text(" world.")
-            return type("T", (), {"text": "Hello world."})()
+            return type("T", (), {"text": "Hello world.", "segments": ()})()
         except asyncio.CancelledError:
             self.num_cancelled += 1
             raise
