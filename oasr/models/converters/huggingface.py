@@ -75,9 +75,28 @@ _COHERE_NEMO_NAMES: Renames = (
     (r"\.conv\.batch_norm", r".conv.norm"),
     (r"log_softmax\.mlp\.layer0", r"proj_out"),
 )
+
+
+def _speech_llm_layouts(towers: str) -> Renames:
+    """The speech LLMs mirror their released checkpoints (``language_model.model.*``, ``language_model.lm_head``,
+    the audio ``towers`` at the top). Some transformers releases save the same weights under their in-memory module
+    paths instead: 5.17 wrote Voxtral's language model as ``language_model.layers.*`` beside a top-level
+    ``lm_head``; 5.25 with ``save_original_format=False`` writes ``model.language_model.*``, ``model.<tower>.*``
+    and ``lm_head``. A fine-tuned checkpoint may come in any of the three."""
+    return (
+        (r"^model\.language_model\.", "language_model.model."),
+        (rf"^model\.({towers})\.", r"\1."),
+        (r"^lm_head\.", "language_model.lm_head."),
+        (r"^language_model\.(?!model\.|lm_head\.)", "language_model.model."),
+    )
+
+
 _RENAMES: dict[str, Renames] = {
     "canary": _DECODER_ATTENTION_OUT,
     "cohere_asr": _COHERE_NEMO_NAMES + _DECODER_ATTENTION_OUT,
+    "voxtral": _speech_llm_layouts("audio_tower|multi_modal_projector"),
+    "qwen2_audio": _speech_llm_layouts("audio_tower|multi_modal_projector"),
+    "granite_speech": _speech_llm_layouts("encoder|projector"),
 }
 # Keys some checkpoints carry that no module takes: NeMo's featurizer buffers (its mel filters and window),
 # which the feature extractor computes itself.
