@@ -19,15 +19,22 @@ what streaming adds is state carried between steps (``StreamState``) and the ord
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from oasr.models.paraformer.cif import CifPredictor
-from oasr.models.paraformer.config import ParaformerConfig
-from oasr.models.paraformer.decoder import CrossAttention, DecoderLayer, ParaformerDecoder
-from oasr.models.paraformer.sanm import SANMAttention, SANMEncoder, SANMEncoderLayer, sinusoid
+from oasr.features.funasr_fbank import FunasrFbank
+from oasr.models import ARCHITECTURES
+from oasr.models.base import EncoderOutput
+from oasr.models.capabilities import ModelCapabilities
+from oasr.models.paraformer.decoder import CrossAttention, DecoderLayer
+from oasr.models.paraformer.model import Paraformer
+from oasr.models.paraformer.sanm import SANMAttention, SANMEncoderLayer, sinusoid
 from oasr.models.paraformer_streaming.config import ChunkConfig
+
+if TYPE_CHECKING:  # annotations only
+    from oasr.models.paraformer_streaming.stream import ParaformerStream
 
 
 @dataclass
@@ -42,20 +49,62 @@ class StreamState:
     decoder_fsmn: list[torch.Tensor | None] = field(default_factory=list)  # [1, D, kernel - 1 + tokens]
     decoder_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
 
+    def reset_decoder(self) -> None:
+        """A new utterance: the decoder's memory of earlier tokens and frames goes."""
+        self.decoder_fsmn, self.decoder_kv = [], []
 
-class ParaformerStreamingNet(nn.Module):
-    def __init__(self, config: ParaformerConfig) -> None:
-        super().__init__()
-        self.config = config
-        e = config.encoder
-        self.encoder = SANMEncoder(e.input_size, e.output_size, e.attention_heads, e.linear_units, e.num_blocks,
-                                   e.kernel_size, e.sanm_shfit)
-        self.predictor = CifPredictor(config.predictor)
-        self.decoder = ParaformerDecoder(config.decoder, e.output_size, config.vocab_size)
 
-    @property
-    def dropped_ids(self) -> tuple[int, ...]:
-        return (self.config.blank_id, self.config.sos, self.config.eos)
+@ARCHITECTURES.register("paraformer_streaming")
+class ParaformerStreaming(Paraformer):
+    """The offline Paraformer's modules (and key names), run chunk by chunk.
+
+    Streams go through the ``paraformer_chunked`` runtime (``oasr.streaming.paraformer_chunked``). A whole file
+    decoded offline takes the same walk over its features (``cif_logits``): FunASR's model has no other
+    inference, and its full-context encoder pass is not what the chunked checkpoint was trained for."""
+
+    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("cif_greedy",),
+                                     streaming="paraformer_chunked")
+    chunk = ChunkConfig()  # FunASR's example setting; a stream may be opened with another
+
+    def encode(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
+        """The LFR frames themselves: the encoder runs chunk by chunk inside ``cif_logits``, where the chunks'
+        caches live."""
+        return EncoderOutput(features, lengths.to(features.device))
+
+    def cif_logits(self, hidden: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """features: [B, T, input_size] whole inputs; lengths: [B] -> (logits [B, L, vocab], token counts [B]):
+        each row walked chunk by chunk as a stream whose last chunk is final. FunASR cuts a stream by samples,
+        so one that ends less than 60 ms past a whole chunk gets a tail step there (re-encoding the last
+        overlap) where this walk encodes the last frames: the tokens can differ at that very end."""
+        size = self.chunk.chunk_size[1]
+        rows = []
+        for row, length in zip(hidden, lengths.tolist(), strict=True):
+            state, logits = StreamState(), []
+            for start in range(0, max(length, 1), size):
+                final = start + size >= length
+                encoded = self.encode_chunk(row[None, start: min(start + size, length)], state, self.chunk,
+                                            tail=False)
+                embeds = self.fire_chunk(encoded, state, self.chunk, final=final)
+                if embeds.shape[1]:
+                    logits.append(self.decode_chunk(embeds, encoded, state, self.chunk)[0])
+            rows.append(torch.cat(logits) if logits else hidden.new_zeros(0, self.config.vocab_size))
+        counts = torch.tensor([len(r) for r in rows], device=hidden.device)
+        return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True), counts
+
+    def stream_chunk(self, frames: int) -> ChunkConfig:
+        """The chunking of a stream cut every ``frames`` LFR frames: half a chunk of look-ahead and the default's
+        look-back, as FunASR's examples pair them ([0, 10, 5], [0, 8, 4])."""
+        if frames < 2:
+            raise ValueError(f"a chunk of {frames} LFR frame has no look-ahead; the streaming Paraformer needs "
+                             f"at least 2 (FunASR's chunk_size [0, 10, 5] is 10)")
+        return ChunkConfig((0, frames, frames // 2), self.chunk.encoder_chunk_look_back,
+                           self.chunk.decoder_chunk_look_back)
+
+    def open_stream(self, fbank: FunasrFbank, chunk: ChunkConfig | None = None) -> ParaformerStream:
+        """A new stream's decoder (its frontend, caches and pending samples), under ``chunk`` or the default."""
+        from oasr.models.paraformer_streaming.stream import ParaformerStream  # it builds on this module
+
+        return ParaformerStream(self, fbank, chunk)
 
     # -- encoder ------------------------------------------------------------------------------------------
     def encode_chunk(self, features: torch.Tensor, state: StreamState, chunk: ChunkConfig, *, tail: bool
@@ -86,9 +135,11 @@ class ParaformerStreamingNet(nn.Module):
         return self.encoder.after_norm(x)
 
     # -- CIF ----------------------------------------------------------------------------------------------
-    def fire_chunk(self, hidden: torch.Tensor, state: StreamState, chunk: ChunkConfig, *, final: bool
-                   ) -> torch.Tensor:
-        """hidden: [1, T, D] the step's encoder frames -> the fired tokens' embeddings [1, L, D] (L may be 0)."""
+    def fire_chunk(self, hidden: torch.Tensor, state: StreamState, chunk: ChunkConfig, *, final: bool,
+                   with_frames: bool = False):
+        """hidden: [1, T, D] the step's encoder frames -> the fired tokens' embeddings [1, L, D] (L may be 0);
+        ``with_frames``: also the step frame each token fired on (counted from the step's first new frame, the
+        overlap before it negative)."""
         c = self.config.predictor
         left, size, _ = chunk.chunk_size
         alphas = self.predictor.weights(hidden, torch.tensor([hidden.shape[1]], device=hidden.device))
@@ -103,12 +154,12 @@ class ParaformerStreamingNet(nn.Module):
         if final:
             hidden = torch.cat([hidden, hidden.new_zeros(1, 1, hidden.shape[2])], dim=1)
             alphas = torch.cat([alphas, alphas.new_full((1, 1), c.tail_threshold)], dim=1)
-        fired, integrate, frames = integrate_chunk(hidden[0], alphas[0], c.threshold)
+        fired, places, integrate, frames = integrate_chunk(hidden[0], alphas[0], c.threshold)
         state.cif_alpha = integrate.reshape(1, 1)
         state.cif_hidden = (frames / integrate if integrate > 0 else frames).reshape(1, 1, -1)
-        if not fired:
-            return hidden.new_zeros(1, 0, hidden.shape[2])
-        return torch.stack(fired)[None]
+        embeds = torch.stack(fired)[None] if fired else hidden.new_zeros(1, 0, hidden.shape[2])
+        # Place 0 is the carried integrate, then the overlap frames, then the step's new ones.
+        return (embeds, [p - 1 - chunk.overlap_frames for p in places]) if with_frames else embeds
 
     # -- decoder ------------------------------------------------------------------------------------------
     def decode_chunk(self, embeds: torch.Tensor, hidden: torch.Tensor, state: StreamState, chunk: ChunkConfig
@@ -167,12 +218,12 @@ def encoder_layer_chunk(layer: SANMEncoderLayer, x: torch.Tensor, kv: tuple[torc
 
 
 def integrate_chunk(hidden: torch.Tensor, alphas: torch.Tensor, threshold: float
-                    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+                    ) -> tuple[list[torch.Tensor], list[int], torch.Tensor, torch.Tensor]:
     """FunASR's frame-by-frame CIF loop (float32, its order of additions): hidden [T, D], alphas [T] ->
-    (each fired token's embedding [D], the integrate left over, the frames summed into it [D])."""
+    (each fired token's embedding [D], the place it fired at, the integrate left over, the frames in it [D])."""
     integrate = torch.zeros((), dtype=alphas.dtype, device=alphas.device)
     frames = hidden.new_zeros(hidden.shape[1])
-    fired = []
+    fired, places = [], []
     for t in range(alphas.shape[0]):
         alpha = alphas[t]
         if alpha + integrate < threshold:
@@ -180,9 +231,10 @@ def integrate_chunk(hidden: torch.Tensor, alphas: torch.Tensor, threshold: float
             frames = frames + alpha * hidden[t]
         else:
             fired.append(frames + (threshold - integrate) * hidden[t])
+            places.append(t)
             integrate = integrate + alpha - threshold
             frames = integrate * hidden[t]
-    return fired, integrate, frames
+    return fired, places, integrate, frames
 
 
 def decoder_layer_chunk(layer: DecoderLayer, x: torch.Tensor, hidden: torch.Tensor, fsmn: torch.Tensor | None,
