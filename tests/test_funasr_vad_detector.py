@@ -76,3 +76,38 @@ def test_transcribe_takes_the_fsmn_spec_and_refuses_a_bad_one(shared, capsys) ->
     with pytest.raises(SystemExit):  # the command line names no such detector
         main([*command, "--vad", "webrtc"])
     assert "unknown VAD detector 'webrtc'" in capsys.readouterr().err
+
+
+def test_the_state_machine_fed_in_200ms_pieces_gives_funasrs_streaming_events(shared) -> None:
+    """FunASR's streaming VAD (``generate(input=piece, cache=..., is_final=...)``, 200 ms pieces): after each
+    piece the frames its online frontend has made (an LFR-5 frame waits for 2 frames of right context; the last
+    piece makes the rest) go through the state machine, which reports a segment's start and end as it finds
+    them. The network is causal (``rorder: 0``), so the whole clip's scores are the stream's."""
+    from dataclasses import replace
+
+    from oasr.vad.fsmn_segments import (
+        DYNAMIC_FIRST_END_SILENCE_MS,
+        DYNAMIC_SPEECH_NOISE_THRES,
+        FsmnSegmenter,
+        frame_decibels,
+    )
+
+    expected = golden()
+    detector = load_detector(FSMN)
+    step = expected["chunk_ms"] * SAMPLES_PER_MS
+    # Under 10 s of speech FunASR's streaming call also takes the dynamic schedule's first entry.
+    config = replace(detector.segment_config, max_end_silence_ms=DYNAMIC_FIRST_END_SILENCE_MS,
+                     speech_noise_thres=DYNAMIC_SPEECH_NOISE_THRES)
+    for (clip, _), events in zip(shared, expected["streaming"], strict=True):
+        silence = detector.frame_silence(clip.audio).tolist()
+        decibels = frame_decibels(clip.audio, len(silence))
+        segmenter, done, got = FsmnSegmenter(config), 0, []
+        num_pieces = -(-len(clip.audio) // step)
+        for piece in range(num_pieces):
+            final = piece == num_pieces - 1
+            received = min((piece + 1) * step, len(clip.audio))
+            ready = len(silence) if final else max(0, (received - 400) // 160 + 1 - 2)
+            got.append(segmenter.feed(silence[done:ready], decibels[done:ready], final))
+            done = max(done, ready)
+        assert got == events
+    assert any(any(e) for e in expected["streaming"])
