@@ -145,3 +145,12 @@ def test_a_streaming_folder_oasr_cannot_serve_is_refused_naming_the_field(old, n
     assert main(["transcribe", clip_paths()[0], "--model", str(folder), "--stream", "--device", "cpu",
                  "--quiet"]) != 0
     assert message in capsys.readouterr().err
+
+
+def test_chunk_settings_the_model_cannot_take_are_refused() -> None:
+    from oasr.models.paraformer_streaming.config import ChunkConfig
+
+    with pytest.raises(ValueError, match="look_back"):
+        ChunkConfig((0, 10, 5), 0, 1)
+    with pytest.raises(ValueError, match="chunk_size"):
+        ChunkConfig((0, 10, 0), 4, 1)

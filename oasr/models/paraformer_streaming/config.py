@@ -1,5 +1,5 @@
-"""The online Paraformer's configuration: the offline Paraformer's sections (``ParaformerConfig``) plus how a
-stream is chunked, under the names FunASR's ``generate`` takes them.
+"""How the online Paraformer chunks a stream, under the names FunASR's ``generate`` takes them (the network's
+own configuration is the offline Paraformer's ``ParaformerConfig``).
 
 ``chunk_size`` is FunASR's ``[left, chunk, right]`` in 60 ms LFR frames: each step encodes ``chunk`` new frames
 after the ``left + right`` frames the previous step ended on, and the CIF predictor weighs the frames from
@@ -9,8 +9,6 @@ after the ``left + right`` frames the previous step ended on, and the CIF predic
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from oasr.models.paraformer.config import ParaformerConfig
 
 
 @dataclass(frozen=True)
@@ -38,8 +36,3 @@ class ChunkConfig:
         """16 kHz samples of one chunk: FunASR's ``chunk_size[1] * 960`` (60 ms a frame)."""
         return self.chunk_size[1] * 960
 
-
-@dataclass(frozen=True)
-class StreamingParaformerConfig:
-    model: ParaformerConfig
-    chunk: ChunkConfig = ChunkConfig()

@@ -122,8 +122,7 @@ class ParaformerStreaming(Paraformer):
             x = state.overlap * scale
         else:
             x = features * scale
-            positions = sinusoid(state.position + x.shape[1], x.shape[2], x.device, x.dtype)
-            x = x + positions[state.position:]
+            x = x + sinusoid(x.shape[1], x.shape[2], x.device, x.dtype, first=state.position + 1)
             state.position += features.shape[1]
             x = torch.cat([state.overlap, x], dim=1)
             state.overlap = x[:, -chunk.overlap_frames:]
