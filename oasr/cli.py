@@ -112,8 +112,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus-per-worker", type=float, default=0.0, metavar="G",
                    help="with --ray-workers: GPUs each actor reserves (0.5 puts two actors on one GPU)")
     p.add_argument("--quiet", action="store_true", help="no progress bar (it counts audio seconds, on a terminal)")
-    p.add_argument("--vad", default=None, choices=VAD_DETECTORS.names(),
-                   help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s)")
+    p.add_argument("--vad", default=None, metavar="NAME[:DIR]", type=_vad_spec,
+                   help="cut audio longer than 30 s at the silences this detector finds (default: every 30 s): "
+                   f"{', '.join(VAD_DETECTORS.names())}; fsmn takes its FunASR model folder, fsmn:DIR")
     p.add_argument("--stream", action="store_true",
                    help="feed each file chunk by chunk through the streaming path (cache-aware models), as fast "
                         "as it goes, and print what a live client gets")
@@ -497,6 +498,16 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 _VERBOSE_HELP = "log what the engine and server do (INFO level); accepted before or after the command"
+
+
+def _vad_spec(text: str) -> str:
+    """``--vad``: a detector spec (``oasr.vad``), its name checked when the command line is read."""
+    from oasr.vad import DetectorSpec
+
+    try:
+        return str(DetectorSpec.parse(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -117,7 +117,7 @@ class TranscribeOptions:
     target_language: str | None = None  # see DecodeOptions
     punctuation: bool = True
     batch_size: int = 16
-    vad: str | None = None  # a registered VAD detector (oasr.vad): long audio is cut at its silences, not every 30 s
+    vad: str | None = None  # a VAD detector spec (oasr.vad: NAME or NAME:FOLDER): long audio is cut at its silences
     word_timestamps: bool = False  # fill ``Segment.words`` (Whisper checkpoints; costs one more encoder pass)
     # "parallel": audio longer than one window is cut into consecutive 30 s windows decoded independently (fast);
     # "sequential": openai-whisper's loop, each window starting at the last timestamp of the one before and
@@ -149,10 +149,9 @@ class TranscribeOptions:
         if self.task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {self.task!r}")
         if self.vad is not None:
-            from oasr.vad import VAD_DETECTORS
+            from oasr.vad import detector_name
 
-            if self.vad not in VAD_DETECTORS:
-                raise ValueError(f"unknown VAD detector {self.vad!r}; registered: {', '.join(VAD_DETECTORS.names())}")
+            detector_name(self.vad)  # NAME or NAME:FOLDER; an unknown name is refused here
         if self.long_form not in LONG_FORM_MODES:
             raise ValueError(f"long_form must be one of {', '.join(LONG_FORM_MODES)}, got {self.long_form!r}")
         if self.vad is not None and self.long_form == "sequential":

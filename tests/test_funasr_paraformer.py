@@ -98,7 +98,7 @@ def _copy(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda d: (d / "config.yaml").write_text((d / "config.yaml").read_text().replace(
-        "model: Paraformer", "model: ParaformerStreaming")), "field model is 'ParaformerStreaming'"),
+        "model: Paraformer", "model: BiCifParaformer")), "field model is 'BiCifParaformer'"),
     (lambda d: (d / "config.yaml").write_text((d / "config.yaml").read_text().replace(
         "predictor: CifPredictorV2", "predictor: CifPredictorV3")), "field predictor is 'CifPredictorV3'"),
     (lambda d: (d / "config.yaml").write_text((d / "config.yaml").read_text().replace(

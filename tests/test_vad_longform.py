@@ -101,5 +101,6 @@ def test_cli_and_options_name_a_registered_detector() -> None:
     assert build_parser().parse_args(["transcribe", "a.wav"]).vad is None
     with pytest.raises(SystemExit):
         build_parser().parse_args(["transcribe", "a.wav", "--vad", "webrtc"])
-    with pytest.raises(ValueError, match="registered: energy, silero"):
+    assert build_parser().parse_args(["transcribe", "a.wav", "--vad", "fsmn:/m"]).vad == "fsmn:/m"
+    with pytest.raises(ValueError, match="registered: energy, fsmn, silero"):
         TranscribeOptions(vad="webrtc")

@@ -22,6 +22,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "cohere_asr": "oasr.models.canary.model",
         "qwen3_asr": "oasr.models.qwen3_asr.model",
         "paraformer": "oasr.models.paraformer.model",
+        "paraformer_streaming": "oasr.models.paraformer_streaming.model",
         "sense_voice": "oasr.models.sense_voice.model",
         "voxtral": "oasr.models.voxtral.model",
         "qwen2_audio": "oasr.models.qwen2_audio.model",

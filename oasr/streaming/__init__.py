@@ -11,5 +11,7 @@ from __future__ import annotations
 from oasr.registry import Registry
 from oasr.streaming.runtime import StreamingRuntime
 
-STREAMING_RUNTIMES: Registry[type] = Registry("streaming runtime", lazy={"cache_aware": "oasr.streaming.cache_aware"},
-                                              contract=StreamingRuntime)
+STREAMING_RUNTIMES: Registry[type] = Registry(
+    "streaming runtime",
+    lazy={"cache_aware": "oasr.streaming.cache_aware", "paraformer_chunked": "oasr.streaming.paraformer_chunked"},
+    contract=StreamingRuntime)

@@ -16,6 +16,10 @@ class SpeechDetector(Protocol):
 
     sample_rate: int
     chunk_samples: int
+    model_folder: str  # "none", "optional" or "required": whether ``load`` takes a ``model_dir`` (oasr.vad)
+    # True: ``segments(audio) -> [[start_ms, end_ms], ...]`` are the detector's own speech segments, which the
+    # window planner cuts at; False: OASR's segmenter finds them in ``speech_probs``.
+    cuts_own_segments: bool
 
     def speech_probs(self, audios: Sequence[Audio]) -> list[np.ndarray]:
         """One float32 array per input, ``num_chunks(len(audio), chunk_samples)`` long, all inputs in one batch."""

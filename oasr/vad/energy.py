@@ -40,6 +40,8 @@ class EnergyOptions:
 class EnergyVAD:
     sample_rate = SAMPLE_RATE
     chunk_samples = CHUNK_SAMPLES
+    model_folder = "none"  # no weights (oasr.vad's detector specs)
+    cuts_own_segments = False  # the segmenter cuts at its probabilities
 
     def __init__(self, device: str | torch.device = "cpu", options: EnergyOptions | None = None) -> None:
         self.device = torch.device(device)

@@ -83,6 +83,9 @@ class FsmnSegmenter:
         self.next_free_frame = 0  # FunASR's data_buf_start_frame: frames before it are handed out or dropped
         self.noise_decibel = -100.0
         self.ends_detected = 0
+        self.num_frames = 0  # frames fed so far (``feed``)
+        self.num_closed = 0  # segments whose end has been found
+        self.num_reported = (0, 0)  # segments whose start, and whose end, ``feed`` has reported
         self.reset()
 
     def reset(self) -> None:
@@ -110,6 +113,24 @@ class FsmnSegmenter:
         for index, (silence, decibel) in enumerate(zip(silence_probs, decibels)):
             self.step(self.frame_state(silence, decibel), index, index == len(silence_probs) - 1)
         return self.segments
+
+    def feed(self, silence_probs: list[float], decibels: list[float], final: bool) -> list[list[int]]:
+        """The next frames of a stream (the last of them final if ``final``) -> FunASR's streaming events for
+        them: ``[start_ms, -1]`` a segment began, ``[-1, end_ms]`` the open one ended, ``[start_ms, end_ms]``
+        both within these frames (``FsmnVADStreaming.forward`` with ``is_streaming_input``)."""
+        for offset, (silence, decibel) in enumerate(zip(silence_probs, decibels)):
+            last = final and offset == len(silence_probs) - 1
+            self.step(self.frame_state(silence, decibel), self.num_frames + offset, last)
+        self.num_frames += len(silence_probs)
+        events = []
+        started, ended = self.num_reported
+        for index in range(min(started, ended), len(self.segments)):
+            new_start, new_end = index >= started, index < self.num_closed and index >= ended
+            if new_start or new_end:
+                events.append([self.segments[index][0] if new_start else -1,
+                               self.segments[index][1] if index < self.num_closed else -1])
+        self.num_reported = (len(self.segments), self.num_closed)
+        return events
 
     def slide(self, state: int) -> str:
         self.window_sum += state - self.window[self.window_pos]
@@ -145,6 +166,7 @@ class FsmnSegmenter:
             self.voice(t)
         if not fake:
             self.emit(frame)
+            self.num_closed = len(self.segments)
         self.ends_detected += 1
         self.state = END_DETECTED
 

@@ -73,8 +73,21 @@ class WindowPlanner:
         self.options = options
 
     def plan(self, audios: Sequence[Audio]) -> list[list[Window]]:
+        if self.detector.cuts_own_segments:
+            return [pack_segments(self.own_segments(a), self.max_window_samples) for a in audios]
         probs = self.detector.speech_probs(audios)
         return [
             plan_windows(p, len(a), self.max_window_samples, self.options, self.detector.chunk_samples)
             for p, a in zip(probs, audios, strict=True)
         ]
+
+    def own_segments(self, audio: Audio) -> list[SpeechSegment]:
+        """The detector's own segments (FSMN-VAD's: FunASR's state machine) in samples, each longer than a
+        window cut into equal parts that fit."""
+        out = []
+        for start_ms, end_ms in self.detector.segments(audio):
+            start, end = start_ms * SAMPLE_RATE // 1000, min(end_ms * SAMPLE_RATE // 1000, len(audio))
+            parts = -(-(end - start) // self.max_window_samples)
+            bounds = [start + (end - start) * i // parts for i in range(parts + 1)]
+            out += [SpeechSegment(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+        return out

@@ -40,6 +40,8 @@ class SileroOptions:
 class SileroVAD:
     sample_rate = SAMPLE_RATE
     chunk_samples = CHUNK_SAMPLES
+    model_folder = "none"  # its weights come with the code (oasr.vad's detector specs)
+    cuts_own_segments = False  # the segmenter cuts at its probabilities
 
     def __init__(self, net: SileroVADNet, device: str | torch.device = "cpu", options: SileroOptions | None = None):
         self.device = torch.device(device)

@@ -4,8 +4,7 @@ list, or ``tokens.txt``, one token a line), as FunASR's ``AutoModel(model=DIR)``
 
 OASR's modules mirror FunASR's key names, so the state dict loads as stored: nothing is renamed, and keys no
 module takes (a CTC head that Paraformer's inference never runs) are reported as dropped. What OASR cannot serve
-is refused naming the config field: another model class, encoder, decoder or predictor (streaming Paraformer,
-SeACo, BiCif...).
+is refused naming the config field: another model class, encoder, decoder or predictor (SeACo, BiCif...).
 """
 
 from __future__ import annotations
@@ -39,9 +38,9 @@ class Family:
     vocab_key: str  # the weight whose rows are the vocabulary (checked against the token list)
     vocabulary: str = "tokens"  # "tokens": a token list file; "bpe": a SentencePiece model
     required: dict[str, Any] = field(default_factory=dict)  # "section.field" -> the value OASR's modules serve
+    frontends: tuple[str, ...] = ("WavFrontend", "wav_frontend")  # the config's ``frontend`` values accepted
 
 
-FRONTENDS = ("WavFrontend", "wav_frontend")
 # Config values OASR's modules are built for (FunASR's defaults for these families): another value is refused,
 # naming the field. A field the config leaves out takes FunASR's default, which is the value here.
 FRONTEND_VALUES: dict[str, Any] = {
@@ -63,10 +62,19 @@ PARAFORMER_VALUES: dict[str, Any] = {
     "decoder_conf.concat_after": False,
 }
 
+# The online Paraformer: the same modules, its encoder chunked (positions counted over the stream) and its
+# frontend FunASR's online one, whose frames equal the offline frontend's (oasr.models.paraformer_streaming).
+STREAMING_PARAFORMER_VALUES: dict[str, Any] = {**PARAFORMER_VALUES, "encoder_conf.input_layer": "pe_online"}
+
 FAMILIES = {
     "Paraformer": Family("paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
                                         "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight",
                          required=PARAFORMER_VALUES),
+    "ParaformerStreaming": Family("paraformer_streaming", {"encoder": ("SANMEncoderChunkOpt",),
+                                                           "decoder": ("ParaformerSANMDecoder",),
+                                                           "predictor": ("CifPredictorV2",)},
+                                  "decoder.output_layer.weight", required=STREAMING_PARAFORMER_VALUES,
+                                  frontends=("WavFrontendOnline",)),
     "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight", "bpe",
                               required=FRONTEND_VALUES),
 }
@@ -134,9 +142,10 @@ def family_of(config: dict[str, Any], source: ModelSource) -> Family:
         if config.get(part) not in accepted:
             raise CheckpointError(f"{source}: {CONFIG_FILE} field {part} is {config.get(part)!r}; OASR's "
                                   f"{family.architecture} serves {', '.join(accepted)}")
-    frontend = config.get("frontend", "WavFrontend")
-    if frontend not in FRONTENDS:
-        raise CheckpointError(f"{source}: {CONFIG_FILE} field frontend is {frontend!r}; OASR serves WavFrontend")
+    frontend = config.get("frontend", family.frontends[0])
+    if frontend not in family.frontends:
+        raise CheckpointError(f"{source}: {CONFIG_FILE} field frontend is {frontend!r}; OASR's "
+                              f"{family.architecture} serves {family.frontends[0]}")
     window = (config.get("frontend_conf") or {}).get("window", "hamming")
     if window not in WINDOWS:
         raise CheckpointError(f"{source}: {CONFIG_FILE} field frontend_conf.window is {window!r}; OASR serves "

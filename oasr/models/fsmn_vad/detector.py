@@ -1,9 +1,7 @@
-"""FunASR's FSMN-VAD as a speech detector: the ported network (``oasr.models.fsmn_vad.net``) scores each 10 ms frame,
-and FunASR's own segment logic (``oasr.vad.fsmn_segments``) can turn those scores into FunASR's segments.
-
-Not registered in ``VAD_DETECTORS`` yet: the registry's ``load(device)`` carries no model folder, and FSMN-VAD's
-weights are not in a pip package as Silero's are. ``FsmnVAD.load(device, model_dir)`` is what the registration
-will call once the CLI and the realtime session pass a folder (docs/funasr.md).
+"""FunASR's FSMN-VAD as a speech detector, registered as ``fsmn`` and named with its FunASR model folder
+(``--vad fsmn:DIR``): the ported network (``oasr.models.fsmn_vad.net``) scores each 10 ms frame, and FunASR's own
+segment logic (``oasr.vad.fsmn_segments``) turns those scores into FunASR's segments, which the long-form window
+planner cuts at (``cuts_own_segments``) instead of running OASR's segmenter over the probabilities.
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from oasr.vad import VAD_DETECTORS
 from oasr.vad.detector import Audio, as_samples
 from oasr.models.fsmn_vad.net import FsmnVadNet, load_fsmn_vad
 from oasr.vad.fsmn_segments import (
@@ -29,11 +28,14 @@ SAMPLE_RATE = 16_000
 FRAME_SAMPLES = 160  # one fbank frame shift (10 ms): the network scores each
 
 
+@VAD_DETECTORS.register("fsmn")
 class FsmnVAD:
     """``SpeechDetector``: one speech probability (one minus the silence states') per 10 ms chunk."""
 
     sample_rate = SAMPLE_RATE
     chunk_samples = FRAME_SAMPLES
+    model_folder = "required"  # FunASR's folder: config.yaml, model.pt, am.mvn
+    cuts_own_segments = True  # ``segments(audio)`` are FunASR's; the planner cuts there
 
     def __init__(self, net: FsmnVadNet) -> None:
         self.net = net

@@ -22,11 +22,12 @@ def frame_mask(lengths: torch.Tensor, num_frames: int) -> torch.Tensor:
     return torch.arange(num_frames, device=lengths.device)[None, :] < lengths[:, None]
 
 
-def sinusoid(num_frames: int, depth: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """FunASR's ``SinusoidalPositionEncoder`` at positions 1..num_frames: [num_frames, depth] in ``dtype``, sines
-    then cosines, the timescales spaced over depth / 2 - 1 steps. Computed in float32 as FunASR computes it for a
-    float32 model; FunASR computes it in the model's dtype, which in float16 cannot count past 2048 positions."""
-    positions = torch.arange(1, num_frames + 1, device=device).float()
+def sinusoid(num_frames: int, depth: int, device: torch.device, dtype: torch.dtype, first: int = 1) -> torch.Tensor:
+    """FunASR's ``SinusoidalPositionEncoder`` at positions first..first + num_frames - 1 (a stream's chunk starts
+    past 1): [num_frames, depth] in ``dtype``, sines then cosines, the timescales spaced over depth / 2 - 1 steps.
+    Computed in float32 as FunASR computes it for a float32 model; FunASR computes it in the model's dtype, which
+    in float16 cannot count past 2048 positions."""
+    positions = torch.arange(first, first + num_frames, device=device).float()
     increment = torch.log(torch.tensor([10000.0], device=device)) / (depth / 2 - 1)
     timescales = torch.exp(torch.arange(depth / 2, device=device).float() * -increment)
     scaled = positions[:, None] * timescales[None, :]
