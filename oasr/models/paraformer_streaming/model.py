@@ -18,7 +18,6 @@ what streaming adds is state carried between steps (``StreamState``) and the ord
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -32,26 +31,10 @@ from oasr.models.paraformer.decoder import CrossAttention, DecoderLayer
 from oasr.models.paraformer.model import Paraformer
 from oasr.models.paraformer.sanm import SANMAttention, SANMEncoderLayer, sinusoid
 from oasr.models.paraformer_streaming.config import ChunkConfig
+from oasr.models.paraformer_streaming.state import StreamState
 
 if TYPE_CHECKING:  # annotations only
     from oasr.models.paraformer_streaming.stream import ParaformerStream
-
-
-@dataclass
-class StreamState:
-    """One stream's carried tensors (batch of one); ``None`` before the first step that sets them."""
-
-    overlap: torch.Tensor | None = None  # [1, left + right, D_in] the previous step's last embedded frames
-    position: int = 0  # frames embedded so far (the next chunk's first position)
-    encoder_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
-    cif_hidden: torch.Tensor | None = None  # [1, 1, D]
-    cif_alpha: torch.Tensor | None = None  # [1, 1]
-    decoder_fsmn: list[torch.Tensor | None] = field(default_factory=list)  # [1, D, kernel - 1 + tokens]
-    decoder_kv: list[tuple[torch.Tensor, torch.Tensor] | None] = field(default_factory=list)
-
-    def reset_decoder(self) -> None:
-        """A new utterance: the decoder's memory of earlier tokens and frames goes."""
-        self.decoder_fsmn, self.decoder_kv = [], []
 
 
 @ARCHITECTURES.register("paraformer_streaming")

@@ -13,7 +13,7 @@ import torch
 from oasr.features.funasr_fbank import FunasrFbank
 from oasr.models.paraformer_streaming.config import ChunkConfig
 from oasr.models.paraformer_streaming.frontend import OnlineFrontend
-from oasr.models.paraformer_streaming.model import StreamState
+from oasr.models.paraformer_streaming.state import StreamState
 
 if TYPE_CHECKING:  # annotations only
     from oasr.models.paraformer_streaming.model import ParaformerStreaming
