@@ -2,21 +2,30 @@
 (``oasr.decode.ctc_lexicon_beam``) against OASR's greedy decoding in the same run (issue 39's target: the beam
 costs under 2x greedy), and against pyctcdecode on the CPU over the same log-probs when it is importable.
 
-H200 (one command; prints one JSON line)::
+H200 (one command; prints one JSON line). kenlm is the ``lm`` extra: where the machine lacks it, carry its build
+(kenlm 0.3.0 for the machine's Python; ``wheels/kenlm/`` here holds this checkout's CPython 3.11 build, the one
+self-contained module ``kenlm.cpython-311-x86_64-linux-gnu.so``, 8 MB) and put its folder on PYTHONPATH. It runs
+greedy and beam once to warm up, ``--rounds`` times each timed, and a beam of 1 once; ``--rounds 1`` if the
+10-minute limit is near::
 
-    PYTHONPATH=$PWD python -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --device cuda
+    PYTHONPATH=$PWD:$PWD/wheels/kenlm python -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b \
+        --num-utterances 1024 --device cuda
 
 With the pyctcdecode comparison: pyctcdecode is not an OASR dependency (installing it into the project's venv
 downgrades numpy). Its two pure-Python wheels (pyctcdecode-0.5.0-py2.py3-none-any.whl, 39 KB, and
-pygtrie-2.6.2-py3-none-any.whl, 33 KB; ``pip download pyctcdecode pygtrie --no-deps``) import straight from the
-wheel files, so carrying them is enough, no pip needed::
+pygtrie-2.6.2-py3-none-any.whl, 33 KB; ``pip download pyctcdecode==0.5.0 pygtrie==2.6.2 --no-deps``) import
+straight from the wheel files, so carrying them is enough, no pip needed::
 
-    PYTHONPATH=$PWD:$PWD/wheels/pyctcdecode-0.5.0-py2.py3-none-any.whl:$PWD/wheels/pygtrie-2.6.2-py3-none-any.whl \\
+    PYTHONPATH=$PWD:$PWD/wheels/kenlm:$PWD/wheels/pyctc/pyctcdecode-0.5.0-py2.py3-none-any.whl:\
+$PWD/wheels/pyctc/pygtrie-2.6.2-py3-none-any.whl \
         python -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --device cuda
 
 Without it the JSON says ``"pyctcdecode": {"skipped": "..."}``. pyctcdecode runs over ``--pyctcdecode-clips``
 clips (default 256: it searches on the host, one clip at a time per process) in a pool of ``--cpu-workers``
-processes; the comparison is by throughput (audio seconds per second).
+processes; the comparison is by throughput (audio seconds per second). Its ``alpha``/``beta`` are given the
+same values as ``--lm-weight``/``--word-bonus`` but weigh natural-log scores and search without a lexicon, so
+its words differ: it is a speed reference, not a parity check (tests/test_ctc_lm.py checks parity against
+flashlight-text). The timed OASR runs are whole-engine (features, encoder, search) for both greedy and beam.
 
 The tokenizer is a Metaspace unigram vocabulary whose words are spelled by one word-start piece and zero to two
 continuation pieces, so the lexicon's words take 1-3 tokens as BPE words do. The 3-gram ARPA file is counted from a

@@ -1,11 +1,16 @@
 """Paraformer-large and SenseVoice-Small shapes with random weights: OASR's engine against FunASR's
 ``AutoModel(model=DIR).generate`` on the same folder and audio in the same run (issue 38's target: >= 5x).
 
-H200 (one command, both models; prints one JSON line per model)::
+H200 (one JSON line per model; one model a command keeps each under the 10-minute limit)::
 
     for w in wheels/funasr/*.whl; do python -m zipfile -e "$w" /tmp/funasr_site; done
-    PYTHONPATH=$PWD:/tmp/funasr_site python -m oasr.bench.funasr --arch paraformer-large sense-voice-small \\
+    PYTHONPATH=$PWD:/tmp/funasr_site python -m oasr.bench.funasr --arch paraformer-large \\
         --num-utterances 1024 --device cuda
+    PYTHONPATH=$PWD:/tmp/funasr_site python -m oasr.bench.funasr --arch sense-voice-small \\
+        --num-utterances 1024 --device cuda
+
+Both folders, written here without funasr, load in funasr 1.4.16 with "All keys matched successfully"
+(220.1 M parameters for Paraformer-large, 234.0 M for SenseVoice-Small, as published).
 
 ``--peer none`` runs OASR alone (no funasr import), e.g. where funasr cannot be carried::
 
