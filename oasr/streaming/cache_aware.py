@@ -11,7 +11,7 @@ Model contract, beyond the transducer strategies' (``oasr.decode.transducer_gree
 fields, its ``tail`` the checkpoint's rule for a stream's last chunk), ``stream_encode(features [B, K, n_mels],
 state, first [B], past_valid [B, L], geometry, real [B, chunk_frames]) -> (hidden [B, chunk_frames, D], new
 encoder state)``, where ``real`` marks the chunk's frames that hold audio (all of them but in a stream's last
-chunk under the "mask" tail rule: no frame may attend to the others), ``predictor_rows`` / ``predictor_from_rows``,
+chunk under the "mask" tail rule, whose frames past the audio no attention may read), ``predictor_rows`` / ``predictor_from_rows``,
 ``prompt_id(options)`` and ``fuse_prompt(hidden, prompt_ids)``.
 """
 
