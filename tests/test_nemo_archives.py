@@ -98,8 +98,6 @@ def test_canary_prompt_is_the_one_nemo_builds() -> None:
         assert list(prompter.prompt_ids(options)) == expected["prompt_ids"]
 
 
-@pytest.mark.xfail(strict=True, reason="open: OASR's --stream decodes the zero-padded last chunk's 2 frames past the audio; NeMo's "
-                   "buffer decodes only the real frames (the offline tokens match); see docs/nemo.md")
 def test_streaming_archive_streams_nemos_cache_aware_tokens(capsys) -> None:
     rows = transcribe(str(DATA / "streaming.nemo"), capsys, "--stream")
     assert [row["token_ids"] for row in rows] == golden("streaming")["streamed_tokens"]
@@ -168,3 +166,35 @@ def test_canary_archive_other_than_canary_1b_v2_is_refused_naming_the_field(edit
     assert main(["transcribe", CLIPS[0], "--model", str(archive), "--device", "cpu", "--language", "en"]) != 0
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_archive_declares_nemos_stream_tail_and_a_transformers_config_keeps_padding() -> None:
+    from oasr.models.loader import build_model, read_checkpoint, resolve_source
+    from oasr.models.nemotron_streaming.config import NemotronAsrStreamingConfig
+
+    config, _ = build_model(read_checkpoint(resolve_source(DATA / "streaming.nemo")))
+    assert config.encoder_config.stream_tail == "mask"
+    assert NemotronAsrStreamingConfig.from_dict({}).encoder_config.stream_tail == "pad"  # transformers' config.json
+
+
+# The streaming archive's chunks as NeMo's loop cut them (measured with scripts/nemo_oracle/streaming.py's loop,
+# printing each conformer_stream_step's processed_signal_length and encoded length): subsampling 8, lookahead 2,
+# a first chunk of 17 feature frames and later ones of 24. (first chunk, real feature frames here) -> encoder frames.
+NEMO_TAIL_FRAMES = {(True, 16): 3, (False, 23): 3,
+                    (False, 13): 2,  # clip0: 150 real frames, NeMo's buffer 151, its last chunk 14 -> 2
+                    (False, 7): 1,  # clip1 and clip2: 240 and 360 real frames, the last chunk 8 -> 1
+                    (False, 5): 0,  # 6 buffered frames, fewer than the subsampling: NeMo drops the chunk
+                    (True, 1): 2}  # calc_length of 2 frames through three causal stride-2 convolutions
+
+
+@pytest.mark.parametrize(("first", "num_features"), list(NEMO_TAIL_FRAMES))
+def test_mask_tail_decodes_the_encoder_frames_nemos_loop_decodes(first: bool, num_features: int) -> None:
+    from oasr.streaming.geometry import StreamGeometry
+
+    shape = dict(lookahead=2, chunk_frames=3, first_feature_frames=17, feature_frames=24, past_frames=6,
+                 visible_past_frames=6, frame_seconds=0.08)
+    assert StreamGeometry(**shape, tail="mask").tail_frames(first, num_features) == NEMO_TAIL_FRAMES[first,
+                                                                                                      num_features]
+    assert StreamGeometry(**shape).tail_frames(first, num_features) == 3  # "pad": the whole chunk
+    with pytest.raises(ValueError, match="tail rule"):
+        StreamGeometry(**shape, tail="drop")

@@ -24,11 +24,14 @@ class ChunkTokens:
 
 
 def decode_chunk(
-    model: TransducerModel, frames: torch.Tensor, predictor_out: torch.Tensor, state: Any, *, max_symbols: int
+    model: TransducerModel, frames: torch.Tensor, predictor_out: torch.Tensor, state: Any, *, max_symbols: int,
+    lengths: torch.Tensor | None = None,
 ) -> ChunkTokens:
     """frames: [B, T, H] projected encoder frames of every row's chunk; predictor_out [B, H] and ``state``: each
-    row's context (updated in place) -> the chunk's tokens and the context after it."""
-    lengths = torch.full((frames.shape[0],), frames.shape[1], dtype=torch.long, device=frames.device)
+    row's context (updated in place); lengths: [B] the frames of each row to decode (the first ones; None: all
+    T) -> the chunk's tokens and the context after it."""
+    if lengths is None:
+        lengths = torch.full((frames.shape[0],), frames.shape[1], dtype=torch.long, device=frames.device)
     loop = _Loop.resume(frames, lengths, predictor_out, state, max_symbols, keep_frames=True)
     run_steps(model, loop, greedy_rule(model), max_symbols=max_symbols, max_advance=1)
     width = loop.tokens.shape[1]

@@ -126,7 +126,7 @@ class RelPositionMultiHeadAttention(nn.Module):
 
     def attend_in_window(
         self, x: torch.Tensor, positions: torch.Tensor, window_keys: torch.Tensor, window_values: torch.Tensor,
-        past_valid: torch.Tensor,
+        past_valid: torch.Tensor, chunk_valid: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """A chunk attending to itself and to the frames before it (cache-aware streaming).
 
@@ -134,7 +134,8 @@ class RelPositionMultiHeadAttention(nn.Module):
         frames before the chunk (oldest first) followed by room for the chunk's own, which are written there in
         place; past_valid: bool [B, L], False where a row has no such frame yet (a stream's start) or its window
         does not reach it; positions: [1, L+2T-1, E] from ``relative_position_embeddings`` with
-        ``num_keys=L+T`` -> out [B, T, E]. Every query sees every key of its chunk.
+        ``num_keys=L+T`` -> out [B, T, E]. Every query sees every key of its chunk, but those ``chunk_valid``
+        (bool [B, T]) marks False: a stream's last chunk's frames past its audio, under NeMo's tail rule.
         """
         b, t, _ = x.shape
         u = self.bias_u.flatten()
@@ -146,7 +147,7 @@ class RelPositionMultiHeadAttention(nn.Module):
         window_values[:, :, num_keys - t:] = self.split_heads(shared(self.v_proj))
         q_v = (q_u + (self.bias_v - self.bias_u)).permute(2, 0, 1, 3).reshape(self.num_heads, b * t, self.head_dim)
         scores = rel_position.shifted(torch.bmm(q_v, self.distance_keys(positions)), b, num_keys)
-        valid = torch.cat([past_valid, past_valid.new_ones(b, t)], dim=1)
+        valid = torch.cat([past_valid, past_valid.new_ones(b, t) if chunk_valid is None else chunk_valid], dim=1)
         mask = torch.where(valid[:, None, None, :], scores, torch.finfo(scores.dtype).min)
         out = F.scaled_dot_product_attention(q_u.transpose(1, 2), window_keys, window_values, attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))

@@ -8,8 +8,10 @@ chunk's frames, and the new state is scattered back to the slots.
 
 Model contract, beyond the transducer strategies' (``oasr.decode.transducer_greedy``): ``default_lookahead``,
 ``stream_geometry(lookahead, frame_seconds) -> StreamGeometry`` (its ``state`` includes the predictor's
-fields), ``stream_encode(features [B, K, n_mels], state, first [B], past_valid [B, L], geometry)
--> (hidden [B, chunk_frames, D], new encoder state)``, ``predictor_rows`` / ``predictor_from_rows``,
+fields, its ``tail`` the checkpoint's rule for a stream's last chunk), ``stream_encode(features [B, K, n_mels],
+state, first [B], past_valid [B, L], geometry, real [B, chunk_frames]) -> (hidden [B, chunk_frames, D], new
+encoder state)``, where ``real`` marks the chunk's frames that hold audio (all of them but in a stream's last
+chunk under the "mask" tail rule, whose frames past the audio no attention may read), ``predictor_rows`` / ``predictor_from_rows``,
 ``prompt_id(options)`` and ``fuse_prompt(hidden, prompt_ids)``.
 """
 
@@ -123,12 +125,17 @@ class CacheAwareRuntime:
         keep = [(frame >= r.lead_frames) & (frame < r.real_frames) for r in rows] + [frame < 0] * padding
         visible = [geometry.visible_past(r.chunk_index) for r in rows] + [0] * padding
         past_valid = [np.arange(past) >= past - n for n in visible]
-        slots, first, keep_t, past_t = upload(self.device, [r.slot for r in rows] + [self.scratch_slot] * padding,
-                                              [r.chunk_index == 0 for r in rows] + [False] * padding,
-                                              np.stack(keep), np.stack(past_valid))
+        # The encoder frames of each row that hold audio: a whole chunk but for a stream's last, short one, whose
+        # length the checkpoint's tail rule sets; a mask of fixed shape, so the step keeps its graph and batch.
+        num_real = [self._real_frames(geometry, r) for r in rows] + [geometry.chunk_frames] * padding
+        real = np.arange(geometry.chunk_frames)[None, :] < np.array(num_real)[:, None]
+        slots, first, keep_t, past_t, real_t = upload(
+            self.device, [r.slot for r in rows] + [self.scratch_slot] * padding,
+            [r.chunk_index == 0 for r in rows] + [False] * padding, np.stack(keep), np.stack(past_valid), real)
         windows = windows + [np.zeros_like(windows[0])] * padding
         inputs = dict(samples=upload_tensor(torch.from_numpy(np.stack(windows)), self.device), slots=slots,
-                      first=first, keep=keep_t.view(size, num_frames), past_valid=past_t.view(size, past))
+                      first=first, keep=keep_t.view(size, num_frames), past_valid=past_t.view(size, past),
+                      real=real_t.view(size, geometry.chunk_frames))
         prompts = [r.prompt_id for r in rows]
         if any(p is not None for p in prompts):
             inputs["prompt_ids"] = upload(self.device, prompts + prompts[:1] * padding)[0]
@@ -139,21 +146,33 @@ class CacheAwareRuntime:
             scratch = dict(inputs, slots=torch.full_like(slots, self.scratch_slot))
             key = (batch.lookahead, size, "prompt_ids" in inputs)
             frames, out, predictor = self._graphs.run(key, forward, inputs, scratch)
-        tokens = decode_chunk(self.model, frames, out, predictor, max_symbols=self.model.max_symbols_per_step)
+        lengths = inputs["real"].sum(1)
+        tokens = decode_chunk(self.model, frames, out, predictor, max_symbols=self.model.max_symbols_per_step,
+                              lengths=lengths)
         self.pool.scatter(slots, self.model.predictor_rows(tokens.predictor_out, tokens.state))
         return ChunkTokens(tokens.token_ids[: len(rows)], tokens.token_frames[: len(rows)], tokens.predictor_out,
                            tokens.state)
 
+    @staticmethod
+    def _real_frames(geometry: StreamGeometry, row: ChunkRow) -> int:
+        """Encoder frames of ``row``'s chunk that hold audio: a chunk short of feature frames is its stream's last
+        (the scheduler cuts one only once the stream is closed), and the checkpoint's tail rule counts it."""
+        if row.real_frames >= geometry.feature_frames:
+            return geometry.chunk_frames
+        return geometry.tail_frames(row.chunk_index == 0, row.real_frames - row.lead_frames)
+
     def _encode(self, geometry: StreamGeometry, samples: torch.Tensor, slots: torch.Tensor, first: torch.Tensor,
-                keep: torch.Tensor, past_valid: torch.Tensor, prompt_ids: torch.Tensor | None = None):
+                keep: torch.Tensor, past_valid: torch.Tensor, real: torch.Tensor,
+                prompt_ids: torch.Tensor | None = None):
         """The step's forward up to the label loop, with fixed shapes and no host sync (a graph's body): the
         rows' feature frames, their encoder state from the pool and back to it, their projected frames and
-        predictor context -> (frames [B, chunk_frames, H], predictor out, predictor state)."""
+        predictor context -> (frames [B, chunk_frames, H], predictor out, predictor state). real: bool [B,
+        chunk_frames], the encoder frames that hold audio (``_real_frames``): attention sees no other."""
         mel = self.loaded.features.window_frames(samples).transpose(1, 2)  # [B, K, n_mels]
         mel = mel * keep.unsqueeze(2).to(mel.dtype)
         state = self.pool.gather(slots)
         hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
-                                                     past_valid.bool(), geometry)
+                                                     past_valid.bool(), geometry, real.bool())
         self.pool.scatter(slots, new_state)
         frames = self.model.project_encoder(self.model.fuse_prompt(hidden, prompt_ids))
         out, predictor = self.model.predictor_from_rows(state)

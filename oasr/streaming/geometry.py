@@ -11,6 +11,14 @@ from dataclasses import dataclass
 
 from oasr.errors import OASRError
 
+# How a stream's last chunk, cut short by the end of its audio, is encoded and decoded (``StreamGeometry.tail``):
+# - "pad": the chunk is zero-padded to its full length and every encoder frame of it is decoded, as transformers'
+#   streaming ``generate`` does (the default, and the behaviour of a transformers-format checkpoint);
+# - "mask": as NeMo's cache-aware streaming loop (``CacheAwareStreamingAudioBuffer`` feeding
+#   ``conformer_stream_step``): the encoder is handed the chunk's real length, so its attention sees none of the
+#   padding, and only the encoder frames that length yields are decoded (``StreamGeometry.tail_frames``).
+TAIL_RULES = ("pad", "mask")
+
 
 @dataclass(frozen=True)
 class StateField:
@@ -41,6 +49,7 @@ class StreamGeometry:
     visible_past_frames: int  # of those, how many a chunk's queries may see (whole chunks of left context)
     frame_seconds: float  # audio time of one encoder frame
     state: tuple[StateField, ...] = ()
+    tail: str = "pad"  # one of TAIL_RULES: how the last, short chunk of a stream is encoded and decoded
 
     def __post_init__(self) -> None:
         if self.lookahead < 0 or self.chunk_frames != self.lookahead + 1:
@@ -49,6 +58,8 @@ class StreamGeometry:
             raise ValueError("the first chunk must need between 1 and feature_frames feature frames")
         if not 0 <= self.visible_past_frames <= self.past_frames:
             raise ValueError("visible_past_frames must lie within past_frames")
+        if self.tail not in TAIL_RULES:
+            raise ValueError(f"unknown stream tail rule {self.tail!r}; known: {', '.join(TAIL_RULES)}")
 
     @property
     def first_padding_frames(self) -> int:
@@ -66,9 +77,40 @@ class StreamGeometry:
         start = self.first_feature_frames + (index - 1) * self.feature_frames
         return start, start + self.feature_frames
 
+    def tail_frames(self, first: bool, num_features: int) -> int:
+        """Encoder frames to decode of a stream's last chunk, which holds ``num_features`` feature frames of audio
+        (``first``: the chunk is the stream's first; its zero lead not counted) and zeros after them.
+
+        "pad" decodes the whole chunk. "mask" decodes what NeMo's loop does: its buffer holds the frontend's whole
+        output, one frame more than the audio's real frames (the frame centred past the last sample, zeroed by
+        the frontend's length mask as the padding is here); a later chunk with fewer than ``subsampling`` of those
+        is dropped (``get_sampling_frames``); otherwise the encoder's length is the causal subsampling's output
+        length of the chunk behind its pre-encode cache (``subsampling + 1`` feature frames, none for the first
+        chunk), less the frames the cache makes (``drop_extra_pre_encoded``).
+        """
+        if self.tail == "pad":
+            return self.chunk_frames
+        subsampling = self.feature_frames // self.chunk_frames
+        num_buffered = min(num_features + 1, self.first_feature_frames if first else self.feature_frames)
+        if first:
+            return min(self.chunk_frames, _subsampled_length(num_buffered, subsampling))
+        if num_buffered < subsampling:
+            return 0
+        cache = subsampling + 1
+        num_frames = _subsampled_length(cache + num_buffered, subsampling) - _subsampled_length(cache, subsampling)
+        return min(self.chunk_frames, num_frames)
+
     def visible_past(self, num_chunks_done: int) -> int:
         """Encoder frames of a stream's past its next chunk may attend to, after ``num_chunks_done`` chunks."""
         return min(self.visible_past_frames, num_chunks_done * self.chunk_frames)
+
+
+def _subsampled_length(num_frames: int, subsampling: int) -> int:
+    """Output frames of NeMo's causal ``dw_striding`` subsampling for ``num_frames`` input frames: log2(subsampling)
+    convolutions of kernel 3 and stride 2, each padded by 2 frames before and 1 after (NeMo's ``calc_length``)."""
+    for _ in range(subsampling.bit_length() - 1):
+        num_frames = num_frames // 2 + 1
+    return num_frames
 
 
 def lookahead_for(chunk_ms: int, frame_seconds: float) -> int:

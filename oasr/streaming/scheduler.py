@@ -4,7 +4,8 @@ turns into one forward; its tests run without a model.
 
 A stream's chunk k covers the feature frames ``StreamGeometry.chunk_range(k)``. A chunk is ready once its
 last frame's samples have arrived, or, after the stream is closed, while any of its frames is real (the rest
-are zero, as the reference pads a stream's last chunk).
+are zero, as the references pad a stream's last chunk; how much of it is then decoded is the checkpoint's
+tail rule, ``StreamGeometry.tail``).
 """
 
 from __future__ import annotations

@@ -214,7 +214,9 @@ def _streaming_window(cfg: _Config) -> dict[str, Any]:
     chunk = right + 1
     if left % chunk:
         raise cfg.refuse("encoder.att_context_size", context, "a left context of whole chunks of right + 1 frames")
-    return {"sliding_window": left + 1, "default_num_lookahead_tokens": right}
+    # NeMo's streaming loop hands the encoder a stream's last chunk with its real length and decodes only the
+    # frames that length gives (oasr.streaming.geometry.TAIL_RULES): the archive's streams end as NeMo's do.
+    return {"sliding_window": left + 1, "default_num_lookahead_tokens": right, "stream_tail": "mask"}
 
 
 def _vocab_size(cfg: _Config, target: str) -> int:

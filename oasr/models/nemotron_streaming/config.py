@@ -15,6 +15,7 @@ from oasr.models.fastconformer.config import (
     _known_fields,
     tiny_encoder_config,
 )
+from oasr.streaming.geometry import TAIL_RULES
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ class NemotronAsrStreamingEncoderConfig(FastConformerEncoderConfig):
     # Right context (lookahead, encoder frames) of the chunked-limited attention when none is chosen; offline
     # (whole-file) decoding uses it, as transformers' forward does.
     default_num_lookahead_tokens: int = 13
+    # How a stream's last, short chunk is encoded and decoded (``oasr.streaming.geometry.TAIL_RULES``): "pad" as
+    # transformers' streaming generate (a transformers config.json names none), "mask" as NeMo's cache-aware
+    # streaming loop (set by the .nemo converter).
+    stream_tail: str = "pad"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -31,6 +36,8 @@ class NemotronAsrStreamingEncoderConfig(FastConformerEncoderConfig):
             raise ValueError(f"sliding_window must be at least 1, got {self.sliding_window}")
         if self.default_num_lookahead_tokens < 0:
             raise ValueError(f"default_num_lookahead_tokens must be >= 0, got {self.default_num_lookahead_tokens}")
+        if self.stream_tail not in TAIL_RULES:
+            raise ValueError(f"stream_tail must be one of {', '.join(TAIL_RULES)}, got {self.stream_tail!r}")
 
     @property
     def left_context(self) -> int:

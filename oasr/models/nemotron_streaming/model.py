@@ -47,6 +47,7 @@ class NemotronAsrStreamingForRNNT(ParakeetForRNNT):
         return replace(geometry, state=geometry.state + self.predictor_fields())
 
     def stream_encode(self, features: torch.Tensor, state: dict[str, torch.Tensor], first: torch.Tensor,
-                      past_valid: torch.Tensor, geometry: StreamGeometry) -> tuple[torch.Tensor, dict]:
+                      past_valid: torch.Tensor, geometry: StreamGeometry,
+                      real: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
         """One chunk per row (``oasr.models.nemotron_streaming.stream.stream_step``)."""
-        return stream_step(self.encoder, features, state, first, past_valid, geometry)
+        return stream_step(self.encoder, features, state, first, past_valid, geometry, real)

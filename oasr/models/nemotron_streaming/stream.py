@@ -46,7 +46,7 @@ def stream_geometry(encoder: NemotronAsrStreamingEncoder, lookahead: int, frame_
     return StreamGeometry(lookahead=lookahead, chunk_frames=chunk, first_feature_frames=1 + factor * lookahead,
                           feature_frames=factor * chunk, past_frames=past,
                           visible_past_frames=min(past, (past // chunk) * chunk), frame_seconds=frame_seconds,
-                          state=state)
+                          state=state, tail=config.stream_tail)
 
 
 def _kv_shape(encoder: NemotronAsrStreamingEncoder, past: int) -> tuple[int, ...]:
@@ -130,14 +130,17 @@ def _convolve(conv: CausalConvolutionModule, x: torch.Tensor, tail: torch.Tensor
 
 def stream_step(
     encoder: NemotronAsrStreamingEncoder, features: torch.Tensor, state: dict[str, torch.Tensor],
-    first: torch.Tensor, past_valid: torch.Tensor, geometry: StreamGeometry,
+    first: torch.Tensor, past_valid: torch.Tensor, geometry: StreamGeometry, real: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One chunk of every row's stream.
 
     features: [B, feature_frames, n_mels] (the first chunk zero in front); state: each of ``geometry.state``'s
     fields, [B, *shape], the rows' state after their previous chunk (zeros before the first); first: bool [B],
     the rows whose chunk is their first; past_valid: bool [B, past_frames], the past frames each row's queries may
-    see (``StreamGeometry.visible_past``, newest last) -> (hidden [B, chunk_frames, hidden_size], the new state).
+    see (``StreamGeometry.visible_past``, newest last); real: bool [B, chunk_frames], the chunk's frames that hold
+    audio, the only keys its attention sees (None: all; see ``StreamGeometry.tail``; the frames after them are
+    not decoded, and the causal convolutions keep them out of the frames before) -> (hidden [B, chunk_frames,
+    hidden_size], the new state).
     """
     x, new_state = _subsample(encoder.subsampling, features, state, first, geometry)
     x = x * encoder.input_scale
@@ -153,7 +156,8 @@ def stream_step(
     tails, new_tails = state["conv"], []
     for index, block in enumerate(encoder.layers):
         x, h = block.norm_self_att.add_forward(x, block.feed_forward1(block.norm_feed_forward1(x)), alpha=0.5)
-        attended = block.self_attn.attend_in_window(h, positions, keys[:, index], values[:, index], past_valid)
+        attended = block.self_attn.attend_in_window(h, positions, keys[:, index], values[:, index], past_valid,
+                                                    real)
         x, h = block.norm_conv.add_forward(x, attended)
         convolved, tail = _convolve(block.conv, h, tails[:, index])
         new_tails.append(tail)
