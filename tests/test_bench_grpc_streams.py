@@ -44,6 +44,7 @@ def test_every_stream_gets_its_final_and_interim_results_come(run, side):
 
 @pytest.mark.parametrize("side", ["grpc", "realtime"])
 def test_latencies_are_non_negative_and_ordered(run, side):
+    assert run[side]["max_send_lateness_s"] >= 0
     for name in ("interim", "final"):
         values = [run[side]["latency_s"][name][q] for q in ("p50", "p90", "p99")]
         assert all(v is not None and v >= 0 for v in values), (side, name, values)

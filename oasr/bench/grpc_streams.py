@@ -20,7 +20,8 @@ Measured by the clients (``time.perf_counter``), p50 / p99 in seconds:
 - ``final``: the end of the audio (gRPC: the client half-closes; realtime: the commit) -> the stream's last
   result (gRPC: the call ends, all finals in; realtime: the turn's ``completed``).
 
-A stream "completed" when its call ended OK (gRPC) or its turn completed (realtime). Prints one JSON line; exit
+``max_send_lateness_s``: the latest any chunk went out after its due time; well under a chunk period means the
+client kept real time (else the client, not the server, set the pace). A stream "completed" when its call ended OK (gRPC) or its turn completed (realtime). Prints one JSON line; exit
 status 0 when every stream of both front ends completed.
 """
 
@@ -82,6 +83,7 @@ class GrpcRecord:
     half_closed_at: float | None = None
     ended_at: float | None = None
     error: str | None = None
+    max_lateness_s: float = 0.0  # the latest a chunk went out after its due time (the client's own pace)
 
     @property
     def completed(self) -> bool:
@@ -110,7 +112,9 @@ async def _grpc_stream(stub, record: GrpcRecord, chunks: list[bytes], chunk_s: f
         yield _streaming_config(round(chunk_s * 1000))
         start = time.perf_counter()
         for k, chunk in enumerate(chunks):
-            await asyncio.sleep(max(start + k * chunk_s - time.perf_counter(), 0.0))
+            due = start + k * chunk_s
+            await asyncio.sleep(max(due - time.perf_counter(), 0.0))
+            record.max_lateness_s = max(record.max_lateness_s, time.perf_counter() - due)
             yield riva_asr_pb2.StreamingRecognizeRequest(audio_content=chunk)
             last_sent[0] = time.perf_counter()
         await asyncio.sleep(max(start + len(chunks) * chunk_s - time.perf_counter(), 0.0))
@@ -159,7 +163,7 @@ async def run_grpc_load(uri: str, clips: list[np.ndarray], num_streams: int, chu
 # ------------------------------------------------------------------------------------ the run
 
 def _serve_args(args: argparse.Namespace, model: str, port: int, grpc_port: int) -> list[str]:
-    sessions = max(2 * args.streams, 64)  # the warm-up's may still be closing
+    sessions = max(args.streams + args.warmup_streams, 64)  # the warm-up's may still be closing
     return serve_command("--model", model, "--port", str(port), "--grpc-port", str(grpc_port),
                          "--device", args.device, "--dtype", args.dtype, "--max-queue", "4096",
                          "--max-queue-per-client", "0", "--max-queue-per-key", "0",
@@ -206,6 +210,7 @@ def report(args: argparse.Namespace, grpc_records: list[GrpcRecord], grpc_wall: 
         "streams_completed": sum(r.completed for r in grpc_records),
         "interim": sum(r.num_interim for r in grpc_records), "finals": sum(r.num_final for r in grpc_records),
         "errors": len(grpc_errors), "first_errors": grpc_errors[:5], "wall_s": round(grpc_wall, 3),
+        "max_send_lateness_s": round(max((r.max_lateness_s for r in grpc_records), default=0.0), 4),
         "latency_s": {"interim": percentiles([x for r in grpc_records for x in r.interim_after_chunk_s]),
                       "final": percentiles([r.ended_at - r.half_closed_at for r in grpc_records
                                             if r.completed and r.half_closed_at is not None])},
@@ -214,6 +219,7 @@ def report(args: argparse.Namespace, grpc_records: list[GrpcRecord], grpc_wall: 
         "streams_completed": sum(1 for r in realtime_records if not r.errors and r.turns and r.turns[0].completed),
         "interim": sum(len(t.delta_times) for t in turns), "finals": sum(t.completed for t in turns),
         "errors": len(realtime_errors), "first_errors": realtime_errors[:5], "wall_s": round(realtime_wall, 3),
+        "max_send_lateness_s": round(max((r.max_lateness_s for r in realtime_records), default=0.0), 4),
         "latency_s": {"interim": percentiles([x for t in turns for x in t.delta_after_append_s]),
                       "final": percentiles([t.completed_at - t.commit_at for t in turns if t.completed])},
     }
