@@ -15,8 +15,9 @@ On the H200 (defaults: N=256, M=1000, the Nemotron streaming 0.6b and Nemotron-3
 
 Shapes: ASR, ``oasr.bench.stream.NEMOTRON_SHAPES`` (``tiny``: the registry's tiny config); diarization,
 transformers' ``Nemotron3DiarizationConfig()`` defaults, the release's shape (``tiny``: the registry's tiny
-config). Random weights at transformers' initialisation put every speaker's probability near one half, so the
-segment tracker's host work is not typical; the forwards, which the timing is about, are the release's. Audio
+config), built through OASR's own module (the GPU machine's transformers 5.17 has no Nemotron 3 Diarization).
+Random weights make the speakers' probabilities noise, so the segment tracker's host work is not typical; the
+forwards, which the timing is about, are the release's. Audio
 is seeded noise. Per-chunk latency, ASR: from when the last sample a chunk reads (with its look-ahead) was sent
 to the end of the step that decoded it (as ``oasr bench stream``); diarization likewise for each chunk's scored
 frames and their look-ahead. Live diarization runs here in the bench's loop: the server has no live
@@ -49,21 +50,29 @@ SAMPLE_RATE = 16_000
 
 
 def build_diarization_model(arch: str, directory: Path, seed: int = 0) -> None:
-    """A random ``Nemotron3DiarizationForAudioFrameClassification`` checkpoint (transformers' own
-    ``save_pretrained``) in ``directory``: the release's shape, or the registry's tiny config."""
-    import transformers
+    """A random Nemotron 3 Diarization checkpoint in ``directory``, laid out as transformers' ``save_pretrained``
+    writes one (``config.json`` and ``model.safetensors``; OASR's modules carry its key names): the release's shape
+    (OASR's config defaults, which are transformers' ``Nemotron3DiarizationConfig()`` defaults), or the registry's
+    tiny config. Built through OASR's own module, as the GPU machine's transformers predates the model."""
+    from safetensors.torch import save_file
 
-    if arch == "tiny":
-        from oasr.models import DIARIZATION_ARCHITECTURES
+    from oasr.models import DIARIZATION_ARCHITECTURES
 
-        values = DIARIZATION_ARCHITECTURES.get("nemotron3_diarization").tiny_config().to_dict()
-        for key in ("model_type", "streaming_modes", "default_streaming_mode"):  # OASR's, not transformers'
-            values.pop(key)
-        config = transformers.Nemotron3DiarizationConfig(**values)
-    else:
-        config = transformers.Nemotron3DiarizationConfig()
+    family = DIARIZATION_ARCHITECTURES.get("nemotron3_diarization")
+    config = family.tiny_config() if arch == "tiny" else family.config_class()
     torch.manual_seed(seed)
-    transformers.Nemotron3DiarizationForAudioFrameClassification(config).eval().save_pretrained(directory)
+    model = family.from_config(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:  # unit gain, as transformers' own random models in tests/
+                p.normal_(0.0, p[0].numel() ** -0.5)
+            elif "norm" in name and name.endswith("weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config.to_dict()))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
 
 
 def noise_clips(seconds: list[float], seed: int) -> list[np.ndarray]:
