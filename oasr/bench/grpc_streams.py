@@ -90,7 +90,7 @@ class GrpcRecord:
         return self.error is None and self.ended_at is not None
 
 
-def _streaming_config(chunk_ms: int):
+def _streaming_config():
     from oasr.serving.grpc.protos import riva_asr_pb2, riva_audio_pb2
 
     config = riva_asr_pb2.RecognitionConfig(encoding=riva_audio_pb2.AudioEncoding.LINEAR_PCM,
@@ -109,7 +109,7 @@ async def _grpc_stream(stub, record: GrpcRecord, chunks: list[bytes], chunk_s: f
     last_sent = [0.0]
 
     async def requests():
-        yield _streaming_config(round(chunk_s * 1000))
+        yield _streaming_config()
         start = time.perf_counter()
         for k, chunk in enumerate(chunks):
             due = start + k * chunk_s
