@@ -26,7 +26,7 @@ def run(tmp_path_factory) -> dict:
 
 
 def test_the_report_has_both_halves(run):
-    assert set(run) == {"bench", "arch", "diarization_arch", "weights", "device", "live", "offline", "clean"}
+    assert set(run) == {"bench", "arch", "diarization_arch", "weights", "device", "dtype", "live", "offline", "clean"}
     assert (run["arch"], run["diarization_arch"], run["device"], run["clean"]) == ("tiny", "tiny", "cpu", True)
 
 
@@ -46,7 +46,8 @@ def test_every_offline_file_is_transcribed_and_diarized(run):
     offline = run["offline"]
     assert offline["files"] == NUM_FILES and 2 * NUM_FILES <= offline["audio_s"] <= 4 * NUM_FILES
     assert offline["asr_alone"]["files_transcribed"] == NUM_FILES
-    assert offline["with_diarization"]["files_transcribed"] == offline["with_diarization"]["files_diarized"] == NUM_FILES
+    diarized = offline["with_diarization"]
+    assert diarized["files_transcribed"] == diarized["files_diarized"] == NUM_FILES
     for side in ("asr_alone", "with_diarization"):
         assert offline[side]["wall_s"] > 0
         assert offline[side]["rtfx"] == pytest.approx(offline["audio_s"] / offline[side]["wall_s"], rel=0.05)

@@ -27,7 +27,7 @@ def run(tmp_path_factory) -> dict:
 
 
 def test_the_report_names_both_front_ends_and_the_load(run):
-    assert set(run) == {"bench", "arch", "weights", "device", "streams", "chunk_ms", "seconds", "grpc",
+    assert set(run) == {"bench", "arch", "weights", "device", "dtype", "streams", "chunk_ms", "seconds", "grpc",
                         "realtime", "clean"}
     assert (run["arch"], run["streams"], run["chunk_ms"], run["device"]) == ("tiny", NUM_STREAMS, 100, "cpu")
     assert run["clean"] is True

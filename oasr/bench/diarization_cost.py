@@ -254,7 +254,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def bench(args: argparse.Namespace) -> dict:
     result: dict = {"bench": "diarization_cost", "arch": args.arch, "diarization_arch": args.diarization_arch,
-                    "weights": "random", "device": args.device}
+                    "weights": "random", "device": args.device, "dtype": args.dtype}
     with tempfile.TemporaryDirectory(prefix="oasr-diarization-bench-") as tmp:
         asr_dir, diar_dir = Path(tmp) / "asr", Path(tmp) / "diarization"
         print(f"# building random weights in {tmp}", file=sys.stderr, flush=True)

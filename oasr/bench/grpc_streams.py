@@ -6,6 +6,7 @@ On the H200 (issue 37: 256 streams at the Nemotron streaming shape, random weigh
 
     python -m oasr.bench.grpc_streams --arch nemotron-streaming-0.6b --streams 256 --chunk-ms 160 \\
         --seconds 8 --device cuda --json-out grpc-vs-realtime.json
+    # Riva's usual 100 ms chunks: the same with --chunk-ms 100 --json-out grpc-vs-realtime-100ms.json
 
 The client speaks the Riva protocol through OASR's own generated stubs (``oasr.serving.grpc.protos``), on
 ``grpc.aio``, so no ``nvidia-riva-client`` is needed. Audio is the realtime bench's seeded synthetic clips; the
@@ -21,8 +22,9 @@ Measured by the clients (``time.perf_counter``), p50 / p99 in seconds:
   result (gRPC: the call ends, all finals in; realtime: the turn's ``completed``).
 
 ``max_send_lateness_s``: the latest any chunk went out after its due time; well under a chunk period means the
-client kept real time (else the client, not the server, set the pace). A stream "completed" when its call ended OK (gRPC) or its turn completed (realtime). Prints one JSON line; exit
-status 0 when every stream of both front ends completed.
+client kept real time (else the client, not the server, set the pace). A stream "completed" when its call ended
+OK (gRPC) or its turn completed (realtime). Prints one JSON line; exit status 0 when every stream of both front
+ends completed.
 """
 
 from __future__ import annotations
@@ -225,7 +227,7 @@ def report(args: argparse.Namespace, grpc_records: list[GrpcRecord], grpc_wall: 
     }
     clean = grpc_side["streams_completed"] == realtime_side["streams_completed"] == args.streams
     return {"bench": "grpc_streams", "arch": args.arch, "weights": "random", "device": args.device,
-            "streams": args.streams, "chunk_ms": args.chunk_ms, "seconds": args.seconds,
+            "dtype": args.dtype, "streams": args.streams, "chunk_ms": args.chunk_ms, "seconds": args.seconds,
             "grpc": grpc_side, "realtime": realtime_side, "clean": clean}
 
 
