@@ -21,10 +21,11 @@ Measured by the clients (``time.perf_counter``), p50 / p99 in seconds:
 - ``final``: the end of the audio (gRPC: the client half-closes; realtime: the commit) -> the stream's last
   result (gRPC: the call ends, all finals in; realtime: the turn's ``completed``).
 
-``max_send_lateness_s``: the latest any chunk went out after its due time; well under a chunk period means the
-client kept real time (else the client, not the server, set the pace). A stream "completed" when its call ended
-OK (gRPC) or its turn completed (realtime). Prints one JSON line; exit status 0 when every stream of both front
-ends completed.
+``interim`` and ``finals`` count results with text (gRPC sends no final for an empty transcript; a realtime
+turn's ``completed`` always comes, and counts when its transcript has text). ``max_send_lateness_s``: the latest
+any chunk went out after its due time; well under a chunk period means the client kept real time (else the
+client, not the server, set the pace). A stream "completed" when its call ended OK (gRPC) or its turn completed
+(realtime). Prints one JSON line; exit status 0 when every stream of both front ends completed.
 """
 
 from __future__ import annotations
@@ -219,7 +220,7 @@ def report(args: argparse.Namespace, grpc_records: list[GrpcRecord], grpc_wall: 
     }
     realtime_side = {
         "streams_completed": sum(1 for r in realtime_records if not r.errors and r.turns and r.turns[0].completed),
-        "interim": sum(len(t.delta_times) for t in turns), "finals": sum(t.completed for t in turns),
+        "interim": sum(len(t.delta_times) for t in turns), "finals": sum(t.completed and bool((t.transcript or "").strip()) for t in turns),
         "errors": len(realtime_errors), "first_errors": realtime_errors[:5], "wall_s": round(realtime_wall, 3),
         "max_send_lateness_s": round(max((r.max_lateness_s for r in realtime_records), default=0.0), 4),
         "latency_s": {"interim": percentiles([x for t in turns for x in t.delta_after_append_s]),
