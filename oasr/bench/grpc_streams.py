@@ -220,7 +220,8 @@ def report(args: argparse.Namespace, grpc_records: list[GrpcRecord], grpc_wall: 
     }
     realtime_side = {
         "streams_completed": sum(1 for r in realtime_records if not r.errors and r.turns and r.turns[0].completed),
-        "interim": sum(len(t.delta_times) for t in turns), "finals": sum(t.completed and bool((t.transcript or "").strip()) for t in turns),
+        "interim": sum(len(t.delta_times) for t in turns),
+        "finals": sum(t.completed and bool((t.transcript or "").strip()) for t in turns),
         "errors": len(realtime_errors), "first_errors": realtime_errors[:5], "wall_s": round(realtime_wall, 3),
         "max_send_lateness_s": round(max((r.max_lateness_s for r in realtime_records), default=0.0), 4),
         "latency_s": {"interim": percentiles([x for t in turns for x in t.delta_after_append_s]),
