@@ -42,12 +42,13 @@ NEMOTRON_SHAPES = {
 BLANK_BIAS = 1.0  # added to the joint's blank logit (--blank-bias): fewer tokens per frame, as a trained model
 
 
-def build(arch: str, directory: Path, seed: int = 0, blank_bias: float = BLANK_BIAS):
+def build(arch: str, directory: Path, seed: int = 0, blank_bias: float = BLANK_BIAS, shape: dict | None = None):
+    """Random weights of ``NEMOTRON_SHAPES[arch]`` (or of ``shape``, laid out as those are) in ``directory``."""
     import transformers
 
     from oasr.bench.parakeet import _write_vocabulary
 
-    shape = NEMOTRON_SHAPES[arch]
+    shape = shape or NEMOTRON_SHAPES[arch]
     torch.manual_seed(seed)
     config = transformers.NemotronAsrStreamingConfig(
         encoder_config=transformers.NemotronAsrStreamingEncoderConfig(**shape["encoder"]), **shape["head"],
