@@ -25,6 +25,7 @@ DECODE_STRATEGIES: Registry[type] = Registry(
         "transducer_beam": "oasr.decode.transducer_beam",
         "transducer_greedy": "oasr.decode.transducer_greedy",
         "tdt_greedy": "oasr.decode.transducer_greedy",
+        "tdt_beam": "oasr.decode.tdt_beam",
     },
 )
 
