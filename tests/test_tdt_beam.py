@@ -81,3 +81,5 @@ def test_the_engine_decodes_beam_requests_of_a_tdt_model(tdt, encoded) -> None:
     assert [r.token_ids for r in results] == expected
     with pytest.raises(UnsupportedOptionError, match="option hotwords"):
         oasr.transcribe(audio[0], tdt, beam_size=4, hotwords="the cat")
+    with pytest.raises(UnsupportedOptionError, match="option decoding_graph"):  # WFST decoding is CTC's
+        oasr.transcribe(audio[0], tdt, decoding_graph="TLG.fst")
