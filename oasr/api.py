@@ -76,6 +76,7 @@ def transcribe(
     lm_weight: float | None = None,
     word_bonus: float | None = None,
     hotwords: str | Sequence[Hotword] = (),
+    decoding_graph: str | None = None,
 ) -> list[Transcription]:
     """Transcribes audio files, bytes or 16 kHz float arrays: one ``Transcription`` per input, in input order.
 
@@ -94,15 +95,17 @@ def transcribe(
     ``beam_size`` decodes by beam search (openai-whisper's, with ``patience`` and ``length_penalty``) instead of
     greedily; each window then decodes on ``beam_size`` rows. On CTC models, ``lm`` (a KenLM file) and ``lexicon``
     (words, one a line) make it a word-level search weighted by ``lm_weight`` and ``word_bonus``; ``hotwords``
-    (``Hotword``s, or ``"phrase[:boost],..."`` / ``"@FILE"``) favours phrases in the search. ``options`` (a full
-    ``TranscribeOptions``) replaces the keyword options before it."""
+    (``Hotword``s, or ``"phrase[:boost],..."`` / ``"@FILE"``) favours phrases in the search. ``decoding_graph``
+    (CTC models: an OpenFst HLG/TLG graph file) decodes over that graph instead (``oasr.decode.ctc_wfst``).
+    ``options`` (a full ``TranscribeOptions``) replaces the keyword options before it."""
     if options is None:
         options = TranscribeOptions(language=language, task=task, target_language=target_language,
                                     punctuation=punctuation, batch_size=batch_size, long_form=long_form,
                                     timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad,
                                     beam_size=beam_size, patience=patience, length_penalty=length_penalty,
                                     lm=lm, lexicon=lexicon, lm_weight=lm_weight, word_bonus=word_bonus,
-                                    hotwords=parse_hotwords(hotwords) if isinstance(hotwords, str) else tuple(hotwords))
+                                    hotwords=parse_hotwords(hotwords) if isinstance(hotwords, str) else tuple(hotwords),
+                                    decoding_graph=decoding_graph)
     results = list(iter_transcribe(inputs, model, options=options, device=device, dtype=dtype))
     failures = [result for result in results if result.error]
     if failures and not skip_errors:

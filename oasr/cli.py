@@ -85,6 +85,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm-weight", type=float, default=None,
                    help="weight of the language model's log10 probabilities (default 0.5)")
     p.add_argument("--word-bonus", type=float, default=None, help="score added per emitted word (default 0)")
+    p.add_argument("--decoding-graph", default=None, metavar="FILE",
+                   help="CTC models: decode over this OpenFst graph (an HLG.fst / TLG.fst, tokens in, words out; "
+                   "pip install 'oasr[wfst]') instead of greedily; not with --beam-size, --lm or --hotwords")
     p.add_argument("--hotwords", default=None, metavar="LIST",
                    help="with --beam-size: phrases to favour, 'phrase[:boost],...' or @FILE (one phrase[:boost] a "
                    "line); the boost (default 1.5) is added per token of a phrase the search spells whole")

@@ -89,6 +89,21 @@ def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None,
         raise ValueError("lm_weight and word_bonus weigh a language model or lexicon: give lm or lexicon too")
 
 
+def check_graph_options(decoding_graph: str | None, beam_size: int | None, lm: str | None, lexicon: str | None,
+                        hotwords: tuple = ()) -> None:
+    """A decoding graph holds the lexicon and the language model and is searched with its own score beam: the
+    prefix beam's options have nothing to steer there, so they are refused rather than ignored."""
+    if decoding_graph is None:
+        return
+    if not str(decoding_graph).strip():
+        raise ValueError("decoding_graph is empty: give the path of an OpenFst graph file")
+    given = [name for name, value in (("beam_size", beam_size), ("lm", lm), ("lexicon", lexicon),
+                                      ("hotwords", hotwords or None)) if value is not None]
+    if given:
+        raise ValueError(f"decoding_graph decodes over the graph with its own beam: it does not combine with "
+                         f"{', '.join(given)}")
+
+
 @dataclass(frozen=True)
 class FallbackOptions:
     """openai-whisper's checks on each window of sequential long-form decoding. A window whose text compresses
@@ -139,11 +154,13 @@ class TranscribeOptions:
     lm_weight: float | None = None
     word_bonus: float | None = None
     hotwords: tuple[Hotword, ...] = ()  # see DecodeOptions
+    decoding_graph: str | None = None  # see DecodeOptions: CTC models
 
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
         check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
+        check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.task not in ("transcribe", "translate"):
@@ -195,6 +212,9 @@ class DecodeOptions:
     # Hotwords (``oasr.decode.hotwords``): a beam search adds each phrase's boost per token of it that a
     # hypothesis spells, and keeps it for completed phrases only.
     hotwords: tuple[Hotword, ...] = ()
+    # WFST decoding (CTC models, ``oasr.decode.ctc_wfst``): an OpenFst HLG/TLG graph file (tokens in, words out)
+    # searched with Kaldi's FasterDecoder instead of greedy or prefix-beam decoding.
+    decoding_graph: str | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -202,6 +222,7 @@ class DecodeOptions:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
         check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
+        check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
         if self.beam_size is not None and self.temperature > 0:
             raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "
                              "(sample with beam_size=None)")
@@ -216,10 +237,12 @@ class DecodeOptions:
 
 def word_search_fields(options: DecodeOptions | TranscribeOptions, keep: bool = True) -> dict[str, Any]:
     """The fields that steer a beam search beyond its size (lm, lexicon, lm_weight, word_bonus, hotwords) to
-    pass on, or (``keep=False``) their defaults, for a window that samples instead of searching."""
+    pass on, or (``keep=False``) their defaults, for a window that samples instead of searching; and the decoding
+    graph, which needs no beam_size and so goes with every window."""
     fields = {"lm": options.lm, "lexicon": options.lexicon, "lm_weight": options.lm_weight,
               "word_bonus": options.word_bonus}
-    return {**fields, "hotwords": options.hotwords} if keep else {**dict.fromkeys(fields), "hotwords": ()}
+    searched = {**fields, "hotwords": options.hotwords} if keep else {**dict.fromkeys(fields), "hotwords": ()}
+    return {**searched, "decoding_graph": options.decoding_graph}
 
 
 @dataclass(frozen=True)

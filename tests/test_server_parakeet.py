@@ -54,16 +54,13 @@ REFUSED = {
                         "timestamp_granularities", "no word timestamps"),
     "segment timestamps": ({"response_format": "verbose_json", "timestamp_granularities": ["segment"]},
                            "timestamp_granularities", "no segment timestamps"),
-    "beam search": ({"extra_body": {"beam_size": 4}}, "beam_size", "no beam search"),
-}
+}  # beam_size is no longer among them: CTC, RNN-T and TDT all search (test_beam_search_equals_offline)
 
 
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_decoding_fields_a_frame_synchronous_model_lacks_are_refused_by_name(served, case):
     directory, client = served
     fields, param, says = REFUSED[case]
-    if case == "beam search" and "tdt" not in directory.name:
-        pytest.skip("CTC and RNN-T serve beam_size: test_beam_search_equals_offline")
     with pytest.raises(BadRequestError) as info:
         client.audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="parakeet", **fields)
     error = info.value.body
@@ -73,8 +70,6 @@ def test_decoding_fields_a_frame_synchronous_model_lacks_are_refused_by_name(ser
 
 def test_beam_search_equals_offline(served):
     directory, client = served
-    if "tdt" in directory.name:
-        pytest.skip("TDT has no beam search yet")
     expected = oasr.transcribe(JFK, model=str(directory), device="cpu", dtype="float32", beam_size=4)[0]
     got = client.audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="parakeet",
                                              extra_body={"beam_size": 4})

@@ -20,10 +20,12 @@ DECODE_STRATEGIES: Registry[type] = Registry(
         "cif_greedy": "oasr.decode.cif_greedy",
         "ctc_greedy": "oasr.decode.ctc_greedy",
         "ctc_prefix_beam": "oasr.decode.ctc_prefix_beam",
+        "ctc_wfst": "oasr.decode.ctc_wfst",
         "hf_beam": "oasr.decode.hf_beam",
         "transducer_beam": "oasr.decode.transducer_beam",
         "transducer_greedy": "oasr.decode.transducer_greedy",
         "tdt_greedy": "oasr.decode.transducer_greedy",
+        "tdt_beam": "oasr.decode.tdt_beam",
     },
 )
 

@@ -26,6 +26,7 @@ class DecodeStrategy:
     fuses_lm: ClassVar[bool] = False
     biases: ClassVar[bool] = False  # serves DecodeOptions.hotwords (``for_beam(..., hotwords, contexts)``)
     graph_capturable: ClassVar[bool] = False  # takes ``cuda_graphs=`` and replays captured steps
+    decodes_graphs: ClassVar[bool] = False  # serves DecodeOptions.decoding_graph through ``for_graph``
 
     @classmethod
     def for_beam(cls, beam_size: int, hotwords: tuple = (), contexts=None) -> DecodeStrategy:
@@ -36,3 +37,8 @@ class DecodeStrategy:
     def with_words(resources, beam_size: int, lm_weight: float | None, word_bonus: float | None):
         """A word-level search (``fuses_lm`` strategies) for requests that name a lexicon or language model."""
         raise NotImplementedError("this strategy has no word-level search")
+
+    @classmethod
+    def for_graph(cls, graph) -> DecodeStrategy:
+        """A search over a decoding graph (``decodes_graphs`` strategies) for requests that name one (read)."""
+        raise NotImplementedError(f"{cls.__name__} decodes over no graph")

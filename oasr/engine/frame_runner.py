@@ -23,6 +23,7 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import EncoderOutput
 from oasr.decode.ctc_lexicon_beam import WordResourceCache
+from oasr.decode.ctc_wfst import DecodingGraphCache
 from oasr.decode.hotwords import ContextGraphCache
 from oasr.decode.pending import PendingTokens
 from oasr.engine.config import EngineConfig
@@ -106,6 +107,9 @@ class FrameSyncRunner:
         # Lexicons and language models that requests name, loaded at their first request's admission.
         self._words = WordResourceCache(loaded.tokenizer)
         self._contexts = ContextGraphCache(loaded.tokenizer.encode)  # hotword automata, by list
+        graph = self.capabilities.graph_strategy
+        self._graph_strategy = DECODE_STRATEGIES.get(graph) if graph is not None else None
+        self._graphs = DecodingGraphCache()  # WFST decoding graphs, read at their first request's admission
         self.num_slots = config.scheduler.max_num_seqs
         self.window_samples = WINDOW_SECONDS * 16_000
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
@@ -126,6 +130,8 @@ class FrameSyncRunner:
                 raise UnsupportedOptionError("hotwords and a lexicon or language model do not combine yet: "
                                              "the word-level search takes no hotwords")
             self._words.get(options.lm, options.lexicon)  # a missing or unreadable file is refused here
+        if options.decoding_graph is not None:
+            self._graphs.get(options.decoding_graph)  # likewise a missing or unreadable graph
 
     def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
         return self.prompt_len
@@ -173,15 +179,19 @@ class FrameSyncRunner:
         by_search: dict[tuple, list[int]] = {}
         for i, request in enumerate(batch):
             o = request.options
-            by_search.setdefault((o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.hotwords), []).append(i)
+            key = (o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.hotwords, o.decoding_graph)
+            by_search.setdefault(key, []).append(i)
         launches = []
-        for (beam_size, lm, lexicon, lm_weight, word_bonus, hotwords), members in by_search.items():
+        for (beam_size, lm, lexicon, lm_weight, word_bonus, hotwords, graph), members in by_search.items():
             if len(members) == len(batch):
                 part = encoded
             else:
                 index = torch.tensor(members, device=encoded.hidden.device)
                 part = EncoderOutput(encoded.hidden.index_select(0, index), encoded.lengths.index_select(0, index))
-            if beam_size is None:
+            if graph is not None:
+                search = self._graph_strategy.for_graph(self._graphs.get(graph))
+                launches.append((members, search.launch(self.model, part)))
+            elif beam_size is None:
                 launches.append((members, self.strategy.launch(self.model, part)))
             elif lm is not None or lexicon is not None:
                 search = self._beam_strategy.with_words(self._words.get(lm, lexicon), beam_size, lm_weight, word_bonus)

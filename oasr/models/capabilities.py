@@ -31,6 +31,7 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "beam_size": ("beam_size", "patience", "length_penalty"),
     "language_model": ("lm", "lexicon", "lm_weight", "word_bonus"),
     "hotwords": ("hotwords",),
+    "decoding_graph": ("decoding_graph",),
 }
 _ALWAYS_SERVED = ("max_new_tokens", "task")  # task is checked against ``tasks``
 
@@ -76,7 +77,7 @@ class ModelCapabilities:
         if not self.decode_strategies:
             raise ValueError("an architecture needs at least one decode strategy")
         unknown = sorted(set(self.options) - set(OPTION_FIELDS))
-        served_by_strategies = {"beam_size", "language_model", "hotwords"} & set(self.options)
+        served_by_strategies = {"beam_size", "language_model", "hotwords", "decoding_graph"} & set(self.options)
         if unknown or served_by_strategies:
             raise ValueError(f"unknown or strategy-served options declared: {unknown or sorted(served_by_strategies)}")
         if self.word_timing != (self.aligner is not None):
@@ -98,17 +99,27 @@ class ModelCapabilities:
         return next((name for name in self.decode_strategies if DECODE_STRATEGIES.get(name).searches), None)
 
     @property
+    def graph_strategy(self) -> str | None:
+        """The strategy that serves ``decoding_graph`` (the first that decodes over graphs), or None."""
+        from oasr.decode import DECODE_STRATEGIES
+
+        return next((name for name in self.decode_strategies if DECODE_STRATEGIES.get(name).decodes_graphs), None)
+
+    @property
     def served_options(self) -> frozenset[str]:
         from oasr.decode import DECODE_STRATEGIES
 
         beam = self.beam_strategy
         strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
         by_strategy = {"beam_size": strategy is not None, "language_model": strategy is not None and strategy.fuses_lm,
-                       "hotwords": strategy is not None and strategy.biases}
+                       "hotwords": strategy is not None and strategy.biases,
+                       "decoding_graph": self.graph_strategy is not None}
         return self.options | {key for key, served in by_strategy.items() if served}
 
     def strategy_for(self, options: DecodeOptions) -> str:
         """The strategy that decodes a request with ``options`` (check them first)."""
+        if options.decoding_graph is not None:
+            return self.graph_strategy
         return self.beam_strategy if options.beam_size is not None else self.default_strategy
 
 

@@ -25,8 +25,10 @@ class ParakeetForCTC(FrameSyncModel):
     config_class = ParakeetCTCConfig
     feature_extractor = "nemo_logmel"
     tokenizer = "parakeet_hf_json"
-    # beam_size decodes by CTC prefix beam search (oasr.decode.ctc_prefix_beam).
-    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("ctc_greedy", "ctc_prefix_beam"))
+    # beam_size decodes by CTC prefix beam search (oasr.decode.ctc_prefix_beam), decoding_graph over a WFST
+    # (oasr.decode.ctc_wfst).
+    capabilities = ModelCapabilities(runner="frame_sync",
+                                     decode_strategies=("ctc_greedy", "ctc_prefix_beam", "ctc_wfst"))
     tied_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: ParakeetCTCConfig) -> None:

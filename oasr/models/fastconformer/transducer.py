@@ -177,7 +177,7 @@ class ParakeetForTDT(ParakeetForRNNT):
     """RNN-T with a duration head: the joint also predicts how many frames to advance (``durations``)."""
 
     config_class: ClassVar[type] = ParakeetTDTConfig
-    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("tdt_greedy",))
+    capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("tdt_greedy", "tdt_beam"))
 
     @staticmethod
     def tiny_config() -> ParakeetTDTConfig:
