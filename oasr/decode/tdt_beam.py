@@ -26,22 +26,11 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.pending import LaunchesEagerly
+from oasr.decode.transducer_beam import TransducerBeamOptions
 from oasr.decode.transducer_greedy import TDTModel
 from oasr.types import Hotword
 
 _NEG_INF = float("-inf")
-
-
-@dataclass(frozen=True)
-class TDTBeamOptions:
-    beam_size: int = 4
-    max_symbols_per_step: int | None = None  # None: the checkpoint's own value
-
-    def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
-        if self.max_symbols_per_step is not None and self.max_symbols_per_step < 1:
-            raise ValueError("max_symbols_per_step must be at least 1")
 
 
 @dataclass
@@ -144,14 +133,15 @@ class TDTBeam(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
     searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size (no hotwords: biases stays False)
 
-    def __init__(self, options: TDTBeamOptions | None = None) -> None:
-        self.options = options or TDTBeamOptions()
+    def __init__(self, options: TransducerBeamOptions | None = None) -> None:
+        # the RNN-T beam's options: beam size and symbols per frame mean the same here; no hotwords
+        self.options = options or TransducerBeamOptions()
+        if self.options.hotwords:  # check_options refuses them first (biases is False); this guards direct callers
+            raise ValueError("TDT beam search takes no hotwords")
 
     @classmethod
     def for_beam(cls, beam_size: int, hotwords: tuple[Hotword, ...] = (), contexts=None) -> TDTBeam:
-        if hotwords:  # check_options refuses them first (biases is False); this guards direct callers
-            raise ValueError("TDT beam search takes no hotwords")
-        return cls(TDTBeamOptions(beam_size=beam_size))
+        return cls(TransducerBeamOptions(beam_size=beam_size, hotwords=hotwords))
 
     def decode(self, model: TDTModel, encoder_output: EncoderOutput) -> list[list[int]]:
         max_symbols = self.options.max_symbols_per_step or model.max_symbols_per_step
