@@ -1,8 +1,9 @@
 """The speech LLMs' checkpoints come in more than one key layout: the released one (``language_model.model.*``,
 which transformers 5.25 restores on save), transformers' in-memory one (``model.language_model.*``, ``model.<tower>``
-and a top-level ``lm_head``: what 5.25 writes with ``save_original_format=False``), and the one transformers 5.17
-wrote, seen on the GPU host (``language_model.layers.*`` beside a top-level ``lm_head``). Each loads to the same
-weights as the released layout."""
+and a top-level ``lm_head``: what 5.25 writes with ``save_original_format=False``), the one transformers 5.17
+wrote on the H200 (``language_model.model.model.*`` beside ``language_model.lm_head``: one ``model.`` too deep), and
+one with the language model's layers straight under ``language_model.`` beside a top-level ``lm_head``. Each loads
+to the same weights as the released layout."""
 
 from __future__ import annotations
 
@@ -43,6 +44,15 @@ def in_memory_layout(source: Path, target: Path, model_class) -> Path:
 
 
 def layout_of_5_17(source: Path, target: Path) -> Path:
+    """The released layout with the language model one ``model.`` level deeper, as 5.17 saved Voxtral on the H200."""
+    state = load_file(source / "model.safetensors")
+    renamed = {key.replace("language_model.model.", "language_model.model.model.", 1): tensor
+               for key, tensor in state.items()}
+    save_file(renamed, copy_without_weights(source, target) / "model.safetensors", metadata={"format": "pt"})
+    return target
+
+
+def flat_layout(source: Path, target: Path) -> Path:
     """The released layout with the language model's ``model.`` level dropped and its head at the top."""
     state = load_file(source / "model.safetensors")
     renamed = {}
@@ -64,9 +74,11 @@ def test_every_layout_loads_the_same_weights(family: str, tmp_path: Path) -> Non
     # the rewritten files really are in other layouts (else this test would compare a layout with itself)
     assert any(k.startswith("model.language_model.") for k in load_file(in_memory / "model.safetensors"))
     old = layout_of_5_17(released, tmp_path / "old")
-    assert any(k.startswith("language_model.layers.") for k in load_file(old / "model.safetensors"))
+    assert any(k.startswith("language_model.model.model.") for k in load_file(old / "model.safetensors"))
+    flat = flat_layout(released, tmp_path / "flat")
+    assert any(k.startswith("language_model.layers.") for k in load_file(flat / "model.safetensors"))
     expected = weights(released)
-    for directory in (in_memory, old):
+    for directory in (in_memory, old, flat):
         got = weights(directory)
         assert got.keys() == expected.keys()
         for key, tensor in expected.items():

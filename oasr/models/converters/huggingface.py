@@ -80,10 +80,12 @@ _COHERE_NEMO_NAMES: Renames = (
 def _speech_llm_layouts(towers: str) -> Renames:
     """The speech LLMs mirror their released checkpoints (``language_model.model.*``, ``language_model.lm_head``,
     the audio ``towers`` at the top). Some transformers releases save the same weights under their in-memory module
-    paths instead: 5.17 wrote Voxtral's language model as ``language_model.layers.*`` beside a top-level
-    ``lm_head``; 5.25 with ``save_original_format=False`` writes ``model.language_model.*``, ``model.<tower>.*``
-    and ``lm_head``. A fine-tuned checkpoint may come in any of the three."""
+    paths instead: 5.25 with ``save_original_format=False`` writes ``model.language_model.*``, ``model.<tower>.*``
+    and ``lm_head``; 5.17 (on the H200) wrote Voxtral's language model one ``model.`` too deep,
+    ``language_model.model.model.*``, beside ``language_model.lm_head``; a checkpoint may also carry the language
+    model's layers straight under ``language_model.`` beside a top-level ``lm_head``. Any of them loads."""
     return (
+        (r"^language_model\.model\.model\.", "language_model.model."),
         (r"^model\.language_model\.", "language_model.model."),
         (rf"^model\.({towers})\.", r"\1."),
         (r"^lm_head\.", "language_model.lm_head."),
