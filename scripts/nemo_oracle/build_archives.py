@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from configs import FAMILIES, Family, write_tokenizer  # noqa: E402
+from prompts import prompt_ids  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 JFK = REPO / "oasr" / "assets" / "jfk.flac"
@@ -90,16 +91,6 @@ def token_lists(hypotheses, ctc_blank: int | None) -> tuple[list[list[int]], lis
             previous = label
         tokens.append(kept)
     return tokens, [h.text for h in hypotheses]
-
-
-def prompt_ids(model: torch.nn.Module, prompt: dict) -> list[int]:
-    """The decoder prompt NeMo's ``transcribe`` builds for these options (its default slots, then the options)."""
-    from nemo.collections.asr.models.aed_multitask_models import parse_multitask_prompt
-
-    turns = model.prompt.get_default_dialog_slots()
-    for key, value in parse_multitask_prompt(dict(prompt))[0]["slots"].items():
-        turns[0]["slots"][key] = value
-    return [int(t) for t in model.prompt.encode_dialog(turns=turns)["context_ids"]]
 
 
 def build(family: Family, tokenizer_dir: Path, out: Path, audio: list[np.ndarray]) -> dict:

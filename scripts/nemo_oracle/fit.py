@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from configs import TEXT
+from prompts import prompt_ids
 
 STEPS = 150
 LEARNING_RATE = 3e-3
@@ -20,8 +21,6 @@ TRANSDUCER_STEPS = 60
 
 def _examples(model: torch.nn.Module, audio: list[np.ndarray], prompts: tuple[dict[str, Any], ...]) -> list:
     """(signal [1, T], length [1], prompt + text + <|endoftext|> ids [1, L], prompt length) per clip and prompt."""
-    from build_archives import prompt_ids
-
     examples = []
     for p, prompt in enumerate(prompts):
         context = prompt_ids(model, prompt)

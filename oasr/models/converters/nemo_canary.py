@@ -14,14 +14,12 @@ them from the SentencePiece model once the converter has it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sentencepiece
 
 from oasr.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from oasr.models.converters.nemo_config import _Config
+from oasr.models.converters.nemo_yaml import NemoYaml
 
 _DECODER_TARGET = "get_nemo_transformer"  # nemo.collections.asr.modules.transformer.get_nemo_transformer
 _HEAD_TARGET = "TokenClassifier"
@@ -29,7 +27,7 @@ _HEAD_TARGET = "TokenClassifier"
 _PAD, _EOS, _BOS, _CONTEXT = "<pad>", "<|endoftext|>", "<|startoftranscript|>", "<|startofcontext|>"
 
 
-def canary(cfg: _Config, encoder: dict[str, Any], frontend: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+def canary(cfg: NemoYaml, encoder: dict[str, Any], frontend: dict[str, Any], vocab_size: int) -> dict[str, Any]:
     """The ``canary`` config dict (transformers' ``CanaryConfig`` layout) of a multitask model whose prompt
     format and tokenizer type ``map_config`` has checked; token ids are filled in by ``canary_tokens``."""
     if int(cfg.get("transf_encoder.num_layers", 0)):
@@ -70,7 +68,7 @@ def canary(cfg: _Config, encoder: dict[str, Any], frontend: dict[str, Any], voca
             "tie_word_embeddings": True, "preprocessor": preprocessor, "default_language": _default_language(cfg)}
 
 
-def _default_language(cfg: _Config) -> str | None:
+def _default_language(cfg: NemoYaml) -> str | None:
     """The source language the archive's ``prompt_defaults`` give a prompt that names none (``<|en|>`` -> en)."""
     for turn in cfg.get("prompt_defaults") or []:
         if isinstance(turn, dict) and turn.get("role") == "user":

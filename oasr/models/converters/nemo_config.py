@@ -15,17 +15,16 @@ Which architecture a model becomes follows its ``target`` class and encoder:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from oasr.errors import CheckpointError
 from oasr.models.converters.nemo_canary import canary
+from oasr.models.converters.nemo_yaml import NemoYaml
 
 _CTC = "EncDecCTCModelBPE"
 _TRANSDUCERS = ("EncDecRNNTBPEModel", "EncDecHybridRNNTCTCBPEModel")
 _MULTITASK = "EncDecMultiTaskModel"
-_INTERPOLATION = re.compile(r"^\$\{([\w.]+)\}$")
 _SAMPLE_RATE = 16_000
 # The frontend OASR computes (oasr.features.nemo_logmel): NeMo preprocessor fields and the one value each may take.
 _FRONTEND_FIXED = {
@@ -52,43 +51,8 @@ class NemoModel:
     dropped_prefixes: tuple[str, ...]  # state-dict keys under these belong to heads OASR does not run
 
 
-class _Config:
-    """A NeMo config (a nested dict) with ``${a.b}`` references resolved and dotted-path lookups that name the
-    field in every refusal."""
-
-    def __init__(self, values: dict[str, Any], source: str) -> None:
-        self.values = values
-        self.source = source
-
-    def get(self, path: str, default: Any = None) -> Any:
-        node: Any = self.values
-        for part in path.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return default
-            node = node[part]
-        if isinstance(node, str) and (match := _INTERPOLATION.match(node)):
-            return self.get(match.group(1), default)
-        return default if node is None else node
-
-    def require(self, path: str) -> Any:
-        value = self.get(path)
-        if value is None:
-            raise CheckpointError(f"{self.source}: model_config.yaml has no {path}")
-        return value
-
-    def refuse(self, path: str, value: Any, served: str) -> CheckpointError:
-        return CheckpointError(f"{self.source}: model_config.yaml {path}={value!r} is not supported (OASR serves "
-                               f"{served})")
-
-    def expect(self, path: str, allowed: tuple[Any, ...], default: Any = None) -> Any:
-        value = self.get(path, default)
-        if value not in allowed:
-            raise self.refuse(path, value, " or ".join(repr(a) for a in allowed))
-        return value
-
-
 def map_config(values: dict[str, Any], source: str) -> NemoModel:
-    cfg = _Config(values, source)
+    cfg = NemoYaml(values, source)
     target = str(cfg.require("target")).rsplit(".", 1)[-1]
     if target not in (_CTC, *_TRANSDUCERS, _MULTITASK):
         raise cfg.refuse("target", cfg.get("target"), f"{_CTC}, {', '.join(_TRANSDUCERS)}, {_MULTITASK}")
@@ -126,13 +90,13 @@ def map_config(values: dict[str, Any], source: str) -> NemoModel:
     return NemoModel(architecture, config, tokenizer_member, dropped)
 
 
-def _tokenizer_member(cfg: _Config) -> str:
+def _tokenizer_member(cfg: NemoYaml) -> str:
     cfg.expect("tokenizer.type", ("bpe",))
     model_path = str(cfg.require("tokenizer.model_path"))
     return model_path.removeprefix("nemo:").rsplit("/", 1)[-1]
 
 
-def _frontend(cfg: _Config) -> dict[str, Any]:
+def _frontend(cfg: NemoYaml) -> dict[str, Any]:
     """The preprocessor's settings, each checked against what OASR's log-mel frontend computes."""
     if cfg.get("preprocessor._target_", "").rsplit(".", 1)[-1] != "AudioToMelSpectrogramPreprocessor":
         raise cfg.refuse("preprocessor._target_", cfg.get("preprocessor._target_"), "AudioToMelSpectrogramPreprocessor")
@@ -154,7 +118,7 @@ def _frontend(cfg: _Config) -> dict[str, Any]:
             "normalize": normalize == "per_feature"}
 
 
-def _is_streaming(cfg: _Config) -> bool:
+def _is_streaming(cfg: NemoYaml) -> bool:
     """Whether the encoder is cache-aware (its attention limited to chunks, its convolutions causal); a mix of
     the two kinds is refused."""
     context = cfg.get("encoder.att_context_size", [-1, -1])
@@ -169,7 +133,7 @@ def _is_streaming(cfg: _Config) -> bool:
     return True
 
 
-def _encoder(cfg: _Config, streaming: bool) -> dict[str, Any]:
+def _encoder(cfg: NemoYaml, streaming: bool) -> dict[str, Any]:
     cfg.expect("encoder._target_", _ENCODER_TARGETS)
     cfg.expect("encoder.self_attention_model", ("rel_pos",), "rel_pos")
     cfg.expect("encoder.subsampling", ("dw_striding",))
@@ -203,7 +167,7 @@ def _encoder(cfg: _Config, streaming: bool) -> dict[str, Any]:
     return values
 
 
-def _streaming_window(cfg: _Config) -> dict[str, Any]:
+def _streaming_window(cfg: NemoYaml) -> dict[str, Any]:
     """The attention window of a cache-aware encoder. NeMo trains some with several [left, right] contexts and
     runs the first unless told otherwise; OASR serves that one."""
     context = cfg.get("encoder.att_context_size")
@@ -219,7 +183,7 @@ def _streaming_window(cfg: _Config) -> dict[str, Any]:
     return {"sliding_window": left + 1, "default_num_lookahead_tokens": right, "stream_tail": "mask"}
 
 
-def _vocab_size(cfg: _Config, target: str) -> int:
+def _vocab_size(cfg: NemoYaml, target: str) -> int:
     """The tokenizer's vocabulary (without the blank), as the output layer's width declares it."""
     if target == _CTC:
         return int(cfg.require("decoder.num_classes"))
@@ -228,7 +192,7 @@ def _vocab_size(cfg: _Config, target: str) -> int:
     return int(cfg.require("joint.num_classes"))
 
 
-def _transducer(cfg: _Config, encoder: dict[str, Any], vocab_size: int) -> tuple[dict[str, Any], str]:
+def _transducer(cfg: NemoYaml, encoder: dict[str, Any], vocab_size: int) -> tuple[dict[str, Any], str]:
     cfg.expect("decoder.blank_as_pad", (True,), True)
     cfg.expect("decoder.normalization_mode", (None,), None)
     cfg.expect("loss.loss_name", ("default", "tdt"), "default")
