@@ -169,3 +169,15 @@ def test_utterance_audio_cuts_at_each_end_and_keeps_the_rest() -> None:
     assert audio.cut(100).tolist() == [4, 5, 6, 7, 8, 9, 10] and audio.start == 11
     audio.push(np.array([11.0], dtype=np.float32))
     assert audio.cut().tolist() == [11]
+
+
+def test_serve_final_model_travels_to_the_engine_core_in_the_streaming_config(monkeypatch) -> None:
+    import oasr.serving.app
+
+    calls = []
+    monkeypatch.setattr(oasr.serving.app, "serve", lambda model, settings, **kwargs: calls.append(kwargs))
+    assert main(["serve", "--model", str(ONLINE), "--device", "cpu", "--final-model", str(OFFLINE)]) == 0
+    assert main(["serve", "--model", str(ONLINE), "--device", "cpu", "--final-model", str(OFFLINE),
+                 "--max-streams", "8"]) == 0
+    assert [c["streaming"] for c in calls] == [StreamingConfig(final_model=str(OFFLINE)),
+                                               StreamingConfig(max_streams=8, final_model=str(OFFLINE))]
