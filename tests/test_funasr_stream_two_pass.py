@@ -181,3 +181,11 @@ def test_serve_final_model_travels_to_the_engine_core_in_the_streaming_config(mo
                  "--max-streams", "8"]) == 0
     assert [c["streaming"] for c in calls] == [StreamingConfig(final_model=str(OFFLINE)),
                                                StreamingConfig(max_streams=8, final_model=str(OFFLINE))]
+
+
+def test_a_final_model_that_does_not_load_is_refused_naming_the_option(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "no-such-model"
+    assert main(["transcribe", clip_paths()[0], "--model", str(ONLINE), "--stream", "--final-model", str(missing),
+                 "--device", "cpu", "--quiet"]) != 0
+    err = capsys.readouterr().err
+    assert f"oasr: error: final_model {missing}:" in err and "Traceback" not in err

@@ -27,7 +27,7 @@ import numpy as np
 from oasr.engine.engine import ASREngine
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.models.capabilities import capabilities_of
-from oasr.models.loader import LoadedModel
+from oasr.models.loader import LoadedModel, from_pretrained
 from oasr.streaming.types import StreamEvent
 from oasr.streaming.utterances import UtteranceAudio
 from oasr.types import DecodeOptions
@@ -65,6 +65,16 @@ class FinalPass:
         self._held: dict[str, deque[_HeldFinal]] = {}  # per stream, its utterances' finals in order
         self._by_request: dict[str, _HeldFinal] = {}  # unfinished request -> the final it is part of
         self._ids = itertools.count()
+
+    @classmethod
+    def load(cls, name: str, beside: LoadedModel) -> FinalPass:
+        """The pass of model ``name``, loaded on ``beside``'s device in its dtype (a model that does not load is
+        refused naming this pass)."""
+        try:
+            final = from_pretrained(name, device=beside.device, dtype=beside.dtype)
+        except OASRError as exc:
+            raise OASRError(f"{OPTION} {name}: {exc}") from None
+        return cls(final)
 
     def check(self, stream_id: str, language: str | None) -> None:
         """Refuses a stream the pass cannot take: a language its model does not serve (naming this pass), or

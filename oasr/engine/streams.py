@@ -23,7 +23,7 @@ from oasr.engine.final_pass import FinalPass
 from oasr.engine.step import StepResult
 from oasr.errors import OASRError
 from oasr.models.capabilities import capabilities_of, check_options
-from oasr.models.loader import LoadedModel, from_pretrained
+from oasr.models.loader import LoadedModel
 from oasr.streaming import STREAMING_RUNTIMES
 from oasr.streaming.endpointing import Endpointer
 from oasr.streaming.scheduler import StreamRecord, StreamScheduler
@@ -53,9 +53,7 @@ class StreamingEngine:
         if loaded.device.type == "cuda":
             for lookahead in self.config.warm_lookaheads or (self.runtime.default_lookahead,):
                 self.runtime.warm_up(lookahead, min(self.config.max_streams, self.config.max_batch))
-        # The second pass's model sits on the streaming model's device, in its dtype.
-        self.final_pass = None if self.config.final_model is None else FinalPass(
-            from_pretrained(self.config.final_model, device=loaded.device, dtype=loaded.dtype))
+        self.final_pass = None if self.config.final_model is None else FinalPass.load(self.config.final_model, loaded)
         self._ids = itertools.count()
 
     # -- streams ------------------------------------------------------------------------------------------
