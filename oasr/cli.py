@@ -126,6 +126,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                         "560 or 1120; default: the model's)")
     p.add_argument("--endpointing", action="store_true",
                    help="with --stream: end an utterance after a pause (one output segment per utterance)")
+    p.add_argument("--final-model", default=None, metavar="ID",
+                   help="with --stream: the two-pass final; this offline model (directory or Hub id, loaded beside "
+                        "the streaming one) transcribes each utterance's audio, and its text is the one printed")
     p.add_argument("--word-timestamps", action="store_true",
                    help="time every word (Whisper: cross-attention alignment); shown in json/jsonl output")
     _add_quantization(p)
@@ -213,6 +216,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-streams", type=int, default=None, metavar="N",
                    help="a streaming model's stream slots: realtime turns streamed at once (default 64; raise it "
                    "with --realtime-max-sessions, as every session speaking holds one)")
+    p.add_argument("--final-model", default=None, metavar="ID",
+                   help="a streaming model's two-pass final: this offline model (directory or Hub id), loaded in "
+                   "the engine core beside it, transcribes each streamed turn's (or utterance's) audio, and its "
+                   "text is the turn's completed transcript; the deltas stay the streamed ones")
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
                    help="the model's weights and activations: auto is float16 on CUDA, float32 on the CPU")
@@ -342,7 +349,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         replicas = _replica_options(args)
         if replicas is not None and args.max_streams is not None:
             raise ValueError("--max-streams applies to one engine, not to --ray-replicas")
-        streaming = None if args.max_streams is None else StreamingConfig(max_streams=args.max_streams)
+        streaming = None
+        if args.max_streams is not None or args.final_model is not None:
+            streaming = StreamingConfig(max_streams=StreamingConfig.max_streams if args.max_streams is None
+                                        else args.max_streams, final_model=args.final_model)
         if replicas is None:  # before the engine starts: a missing GPU is a one-line error, not a core failure
             from oasr.models.loader import check_device
 

@@ -345,8 +345,8 @@ def _mode_conflict(args: argparse.Namespace) -> str | None:
         if args.kv_cache_dtype != "auto":
             return "--kv-cache-dtype applies to decoders with attention caches; --stream runs none"
         return _stream_conflict(args)
-    if args.chunk_ms is not None or args.endpointing:
-        return "--chunk-ms and --endpointing need --stream"
+    if args.chunk_ms is not None or args.endpointing or args.final_model is not None:
+        return "--chunk-ms, --endpointing and --final-model need --stream"
     if args.ray_workers is not None:
         from oasr.scale.ray_transcribe import RAY_MISSING, ray_data_available
 
@@ -371,5 +371,6 @@ def _streamed(args: argparse.Namespace, loaded, paths: list[Path]):
     from oasr.transcription.streamed import StreamTranscriber, StreamTranscribeOptions
 
     options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
-                                      endpointing=EndpointConfig() if args.endpointing else None)
+                                      endpointing=EndpointConfig() if args.endpointing else None,
+                                      final_model=args.final_model)
     return StreamTranscriber(loaded, options).run(paths)

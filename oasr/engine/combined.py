@@ -36,6 +36,10 @@ class Engine:
         self.capabilities: ModelCapabilities = capabilities_of(type(loaded.model))
         self.config = config
         self.streams: StreamingEngine | None = None
+        if streaming is not None and streaming.final_model is not None and self.capabilities.streaming is None:
+            raise StreamingUnsupportedError(
+                f"final_model {streaming.final_model}: {loaded.name} does not stream, so it has no streamed "
+                "utterances for a two-pass final (its whole-file transcripts are already final)")
         if live_streams and self.capabilities.streaming is not None:
             refuse_kv_cache_dtype(loaded, config)  # its whole files run the frame runner, built later
             self.streams = StreamingEngine(loaded, streaming or StreamingConfig())

@@ -5,7 +5,9 @@ it arrives, ``close`` when it ends (its last chunk is padded and decoded) or ``a
 once, with no further events). Each ``step`` encodes one chunk of every ready stream of one lookahead in one
 forward, and returns a ``StepResult`` with a ``StreamEvent`` per stream that moved: the tokens decided in that
 step, and ``final`` at the end of an utterance (an endpoint, or the stream's end). Whole files beside the streams
-are the combined ``Engine``'s (``oasr.engine.combined``), which steps both.
+are the combined ``Engine``'s (``oasr.engine.combined``), which steps both. With ``StreamingConfig.final_model``
+an offline model beside the streaming one gives each utterance's final (``oasr.engine.final_pass``), stepped
+in this engine's steps.
 
 A model that cannot stream is refused when the engine is built. The options, events and errors live in the
 torch-free ``oasr.streaming.types`` (the server's API processes read them) and are importable from here too.
@@ -17,6 +19,7 @@ import itertools
 
 import numpy as np
 
+from oasr.engine.final_pass import FinalPass
 from oasr.engine.step import StepResult
 from oasr.errors import OASRError
 from oasr.models.capabilities import capabilities_of, check_options
@@ -50,6 +53,7 @@ class StreamingEngine:
         if loaded.device.type == "cuda":
             for lookahead in self.config.warm_lookaheads or (self.runtime.default_lookahead,):
                 self.runtime.warm_up(lookahead, min(self.config.max_streams, self.config.max_batch))
+        self.final_pass = None if self.config.final_model is None else FinalPass.load(self.config.final_model, loaded)
         self._ids = itertools.count()
 
     # -- streams ------------------------------------------------------------------------------------------
@@ -65,9 +69,13 @@ class StreamingEngine:
         if stream_id in self.scheduler.streams:
             raise OASRError(f"stream id {stream_id!r} is already open")
         prompt = self.loaded.model.prompt_id(DecodeOptions(language=options.language))
+        if self.final_pass is not None:
+            self.final_pass.check(stream_id, options.language)
         slot = self.scheduler.take_slot()
         if slot is None:
             raise StreamCapacityError(f"all {self.config.max_streams} stream slots are taken")
+        if self.final_pass is not None:
+            self.final_pass.open(stream_id, options.language)
         endpointer = None if options.endpointing is None else Endpointer(options.endpointing, geometry.frame_seconds)
         self.runtime.open(slot)
         self.scheduler.add(StreamRecord(stream_id, slot, geometry, self.runtime.new_audio(), prompt, endpointer))
@@ -76,15 +84,21 @@ class StreamingEngine:
     def push(self, stream_id: str, audio: np.ndarray) -> None:
         """Appends 16 kHz mono float samples to an open stream."""
         self._record(stream_id).audio.push(audio)
+        if self.final_pass is not None:  # checked samples only: the buffer above refuses bad ones
+            self.final_pass.push(stream_id, np.asarray(audio, dtype=np.float32))
 
     def close(self, stream_id: str) -> None:
         """No more audio: the stream's last chunk is decoded (padded) and its last event has ``closed``."""
         self._record(stream_id).audio.close()
 
     def abort(self, stream_id: str) -> None:
-        """Ends a stream now: its slot is free for the next one and it gets no more events."""
-        self._record(stream_id)
-        self.scheduler.remove(stream_id)
+        """Ends a stream now: its slot is free for the next one and it gets no more events (a closed stream whose
+        two-pass final is still being transcribed is aborted too)."""
+        held = self.final_pass is not None and self.final_pass.abort(stream_id)
+        if stream_id in self.scheduler.streams:
+            self.scheduler.remove(stream_id)
+        elif not held:
+            self._record(stream_id)  # refuses it
 
     def _record(self, stream_id: str) -> StreamRecord:
         record = self.scheduler.streams.get(stream_id)
@@ -98,17 +112,22 @@ class StreamingEngine:
 
     # -- the loop -----------------------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
-        return bool(self.scheduler.streams)
+        return bool(self.scheduler.streams) or self._finals_waiting()
 
     def has_ready_work(self) -> bool:
         """Whether ``step`` would do anything now; False while every open stream waits for audio (a loop that
         serves live streams waits for messages then, instead of stepping)."""
-        return self.scheduler.has_ready()
+        return self.scheduler.has_ready() or self._finals_waiting()
+
+    def _finals_waiting(self) -> bool:
+        return self.final_pass is not None and self.final_pass.has_unfinished()
 
     def step(self) -> StepResult:
         events, chunks = self._stream_step()
         for stream_id in self.scheduler.exhausted():  # closed streams with nothing left to encode
-            events.append(self._finish(self.scheduler.remove(stream_id), [], closed=True))
+            events += self._finish(self.scheduler.remove(stream_id), [], closed=True)
+        if self.final_pass is not None:  # utterances that ended in this step are transcribed in it too
+            events += self.final_pass.step()
         return StepResult(events=events, chunks=chunks)
 
     def _stream_step(self) -> tuple[list[StreamEvent], list[tuple[str, int]]]:
@@ -125,7 +144,7 @@ class StreamingEngine:
             record.tokens.extend(new)
             endpoint = self._endpoint(record, frames)
             if endpoint is not None:
-                events.append(self._finish(record, new, closed=False, endpoint=endpoint))
+                events += self._finish(record, new, closed=False, endpoint=endpoint)
                 resets.append(record.slot)
             elif new:
                 events.append(self._event(record, new))
@@ -153,10 +172,16 @@ class StreamingEngine:
                            end_s, **flags)
 
     def _finish(self, record: StreamRecord, new: list[int], *, closed: bool, endpoint: str | None = None
-                ) -> StreamEvent:
-        """The utterance's final event; the stream starts its next utterance (or is over)."""
+                ) -> list[StreamEvent]:
+        """The utterance's final event; the stream starts its next utterance (or is over). With a two-pass
+        final the event is held for it, and what stands in its place now is returned (a partial, or nothing)."""
         event = self._event(record, new, final=True, closed=closed, endpoint=endpoint)
         record.utterance += 1
         record.tokens = []
         record.utterance_start_frame = record.encoded_frames
-        return event
+        if self.final_pass is None:
+            return [event]
+        # The utterance ends where its last chunk does, in the samples the stream received.
+        end_sample = round(record.encoded_frames * record.geometry.frame_seconds * self.runtime.sample_rate)
+        partial = self.final_pass.end_utterance(event, end_sample)
+        return [] if partial is None else [partial]

@@ -8,7 +8,9 @@ client that drops (its process died) has its streams aborted, so their slots are
 (``AlignWords``) runs when its message is handled, between two steps, and fails alone. With a diarization model
 beside the model (``EngineCoreSpec.diarization_model``), the ``Diarize`` messages handled since the last step
 run as one batch before the next one, on the same device (``oasr.diarization.offline``: a row's result does not
-depend on its batch); a failed batch fails its requests alone.
+depend on its batch); a failed batch fails its requests alone. A streaming model's two-pass final model
+(``StreamingConfig.final_model`` in ``EngineCoreSpec.streaming``) is the engine's own: its streaming engine loads
+it beside the model and steps it in the core's steps.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             from oasr.hosting.ray_replicas import start_replicas
 
             engine = start_replicas(model, replicas, device=device, dtype=dtype, quantization=quantization,
-                                    config=config)
+                                    config=config, streaming=streaming)  # each replica's final model, if any
             described = f"{replicas.num_replicas} engine replicas on Ray"
         else:
             # --diarization-model runs in the engine core, beside the model (on Ray, in the API process)

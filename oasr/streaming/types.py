@@ -25,10 +25,16 @@ class StreamingConfig:
     # pay for first use; None: the checkpoint's default lookahead.
     warm_lookaheads: tuple[int, ...] | None = None
     cuda_graphs: bool = True  # replay each step shape's forward as a CUDA graph (CUDA only; eager elsewhere)
+    # The two-pass final: an offline model (embedded name, directory or hub id), loaded beside the streaming one
+    # on its device, that transcribes each finished utterance's audio; its text is the utterance's final one
+    # (``StreamEvent.final_model``). None: the final is the streamed text.
+    final_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_streams < 1 or self.max_batch < 1:
             raise ValueError("max_streams and max_batch must be at least 1")
+        if self.final_model is not None and not self.final_model.strip():
+            raise ValueError("final_model must name a model (or be None for no second pass)")
 
 
 @dataclass(frozen=True)
@@ -50,3 +56,6 @@ class StreamEvent:
     final: bool = False  # the utterance is over: no more tokens will join it
     closed: bool = False  # the stream is over: this is its last event
     endpoint: str | None = None  # the endpointing rule that ended the utterance
+    # Set on a final event whose text and token ids are the two-pass final's: this model transcribed the
+    # utterance's audio, and its text replaces the streamed partials (the token ids are of its tokenizer).
+    final_model: str | None = None

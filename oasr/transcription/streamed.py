@@ -1,7 +1,8 @@
 """Whole files through the streaming path: each file becomes a stream, fed chunk by chunk as fast as the engine
 takes it, and its events become the same ``Transcription`` offline decoding returns, one segment per utterance
 (a file is one utterance unless endpointing is on). ``oasr transcribe --stream`` runs this; it shows what a live
-client would get, and on a file it can be compared with the offline result.
+client would get, and on a file it can be compared with the offline result. With ``final_model`` each
+utterance's text is the two-pass final's (that model over the utterance's audio), and so are the token ids.
 
 Files run side by side, as many as the engine has stream slots; a file that cannot be decoded yields a result
 with ``error`` and costs the others nothing.
@@ -30,6 +31,7 @@ class StreamTranscribeOptions:
     language: str | None = None
     endpointing: EndpointConfig | None = None
     max_streams: int = 16  # files streamed at once
+    final_model: str | None = None  # an offline model whose transcript of each utterance is its final text
 
     def __post_init__(self) -> None:
         if self.chunk_ms is not None and self.chunk_ms <= 0:
@@ -50,7 +52,8 @@ class StreamTranscriber:
     def __init__(self, loaded: LoadedModel, options: StreamTranscribeOptions | None = None) -> None:
         self.loaded = loaded
         self.options = options or StreamTranscribeOptions()
-        self.engine = StreamingEngine(loaded, StreamingConfig(max_streams=self.options.max_streams))
+        self.engine = StreamingEngine(loaded, StreamingConfig(max_streams=self.options.max_streams,
+                                                              final_model=self.options.final_model))
         frame_seconds = self.engine.runtime.frame_seconds
         lookahead = None if self.options.chunk_ms is None else lookahead_for(self.options.chunk_ms, frame_seconds)
         self.stream_options = StreamOptions(lookahead=lookahead, language=self.options.language,
@@ -99,9 +102,12 @@ class StreamTranscriber:
                 return
 
     def _collect(self, file: _File, event: StreamEvent) -> None:
-        file.token_ids.extend(event.new_token_ids)
+        if self.engine.final_pass is None:
+            file.token_ids.extend(event.new_token_ids)
+        elif event.final:  # the final model's ids: the streamed ones are another tokenizer's
+            file.token_ids.extend(event.token_ids)
         if event.final and (event.token_ids or not file.segments and event.closed):
-            text = self.loaded.tokenizer.decode(list(event.token_ids)).strip()
+            text = event.text.strip()
             file.segments.append(Segment(start=event.start_s, end=event.end_s, text=text,
                                          token_ids=event.token_ids))
 

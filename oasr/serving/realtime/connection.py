@@ -527,7 +527,8 @@ class RealtimeConnection:
             try:
                 async for event in live.stream.events():
                     transcript = event.text.strip()
-                    piece = text.add(event.text, event.closed)
+                    # A two-pass final replaces the transcript; the deltas stay the streamed text's.
+                    piece = "" if event.final_model is not None else text.add(event.text, event.closed)
                     if piece:
                         await self.send(TranscriptDeltaEvent(item_id=live.item_id, delta=piece))
                         self.serving.metrics.realtime_delta_seconds.observe(
