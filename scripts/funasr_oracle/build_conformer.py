@@ -19,7 +19,9 @@ sum in one pass), so the goldens are:
   every hypothesis against one teacher-forced ``TransformerDecoder.forward``;
 - ``ctc_scores``: per hypothesis, its CTC log-likelihood, minus FunASR's ``CTC`` loss of it (checked against the
   beam search's ``ctc`` prefix score for the beam's hypotheses);
-- ``beam_scores``: the beam search's own totals, for reference.
+- ``beam_scores``: the beam search's own totals, for reference;
+- ``ctc_greedy``: the CTC head's best label per frame, repeats merged and blanks dropped (FunASR's batched
+  ``inference_batch_ctc``).
 
 Nothing here is imported by the tests; CI reads only the JSON and the model folder written here.
 """
@@ -64,7 +66,7 @@ CONFORMER = {
 }
 BEAM_SIZE = 4
 CTC_WEIGHT = 0.5  # FunASR's default decoding_ctc_weight
-BLANK_BIAS = 4.0
+BLANK_BIAS = 2.5
 EOS_BIAS = 3.0
 
 
@@ -150,7 +152,7 @@ def score_clip(model, frontend, audio: np.ndarray, tokens: list[str]) -> dict:
     for i, scores in enumerate(beam_scores):
         np.testing.assert_allclose(walked[i], scores["decoder"], atol=1e-4)
         np.testing.assert_allclose(ctc[i], scores["ctc"], atol=1e-3)
-    return {"num_encoder_frames": int(encoder_lens[0]), "hypotheses": hypotheses,
+    return {"num_encoder_frames": int(encoder_lens[0]), "ctc_greedy": greedy, "hypotheses": hypotheses,
             "decoder_scores": rounded(walked), "ctc_scores": rounded(ctc), "beam_scores": beam_scores,
             "texts": ["".join(tokens[t] for t in h) for h in hypotheses]}
 
