@@ -71,7 +71,7 @@ class FunasrConformer(FrameSyncModel):
 
     def encode(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
         """features: [B, T, input_size] fbank frames; lengths: [B] -> EncoderOutput ([B, T/4, D], lengths)."""
-        hidden, lengths = self.encoder(features.to(self.ctc.ctc_lo.weight.dtype), lengths)
+        hidden, lengths = self.encoder(features.to(self.encoder.after_norm.weight.dtype), lengths)
         return EncoderOutput(hidden, lengths)
 
     def ctc_log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
