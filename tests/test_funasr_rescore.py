@@ -24,6 +24,7 @@ from oasr.cli import main
 from oasr.decode.attention_rescoring import RescoreOptions, combined_scores, prefix_beam_nbest, rescore_nbest
 from oasr.decode.base import EncoderOutput
 from oasr.decode.ctc_prefix_beam import prefix_beam_search
+from oasr.types import DecodeOptions
 from tests.speech_data import audio_path, require_speech_data
 
 DATA = Path(__file__).parent / "data" / "funasr"
@@ -204,3 +205,38 @@ def test_a_conformer_with_latest_relative_positions_is_refused_naming_the_field(
     (folder / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     assert main(["transcribe", clip_paths()[0], "--model", str(folder), "--device", "cpu", "--quiet"]) != 0
     assert "encoder_conf.rel_pos_type" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("weight", ["0", "1"])
+def test_rescore_weight_on_the_command_line_picks_that_weights_best(weight: str, capsys) -> None:
+    with torch.no_grad():
+        expected = rescore_nbest(loaded().model, encoded_batch(), RescoreOptions(3, float(weight)))[0]
+    assert transcribe_ids(capsys, "--beam-size", "3", "--rescore-weight", weight) == expected
+
+
+def test_rescore_weight_through_the_python_api_and_its_bounds() -> None:
+    import oasr
+
+    with torch.no_grad():
+        expected = rescore_nbest(loaded().model, encoded_batch(), RescoreOptions(2, 1.0))[0]
+    results = oasr.transcribe(clip_paths(), model=str(MODEL), device="cpu", dtype="float32", beam_size=2,
+                              rescore_weight=1.0)
+    assert [list(r.token_ids) for r in results] == expected
+    with pytest.raises(ValueError, match="give beam_size too"):
+        DecodeOptions(rescore_weight=0.5)
+    with pytest.raises(ValueError, match=r"rescore_weight must be in \[0, 1\]"):
+        DecodeOptions(beam_size=2, rescore_weight=-0.1)
+
+
+def test_a_ctc_model_without_a_decoder_refuses_rescore_weight_by_name(capsys) -> None:
+    sense_voice = DATA / "sense_voice"
+    assert main(["transcribe", clip_paths()[0], "--model", str(sense_voice), "--device", "cpu", "--quiet",
+                 "--beam-size", "2", "--rescore-weight", "0.5"]) != 0
+    assert "does not serve the option rescore_weight" in capsys.readouterr().err
+
+
+def test_rescore_weight_without_a_beam_is_a_clear_error(capsys) -> None:
+    assert main(["transcribe", clip_paths()[0], "--model", str(MODEL), "--device", "cpu", "--quiet",
+                 "--rescore-weight", "0.5"]) != 0
+    err = capsys.readouterr().err
+    assert "oasr: error:" in err and "give beam_size too" in err and "Traceback" not in err

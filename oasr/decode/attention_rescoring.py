@@ -101,6 +101,7 @@ def rescore_nbest(model: RescoringModel, encoder_output: EncoderOutput,
 class CTCAttentionRescore(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
     searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size: the n-best the decoder rescores
+    rescores: ClassVar[bool] = True  # and DecodeOptions.rescore_weight
 
     def __init__(self, options: RescoreOptions | None = None) -> None:
         self.options = options or RescoreOptions()
@@ -110,6 +111,10 @@ class CTCAttentionRescore(LaunchesEagerly, DecodeStrategy):
         if hotwords:  # the runner refuses them first: this strategy does not declare ``biases``
             raise ValueError("attention rescoring takes no hotwords")
         return cls(RescoreOptions(beam_size=beam_size))
+
+    @classmethod
+    def for_rescoring(cls, beam_size: int, weight: float) -> CTCAttentionRescore:
+        return cls(RescoreOptions(beam_size=beam_size, weight=weight))
 
     def decode(self, model: RescoringModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the best rescored hypothesis per row."""
