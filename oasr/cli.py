@@ -85,6 +85,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lm-weight", type=float, default=None,
                    help="weight of the language model's log10 probabilities (default 0.5)")
     p.add_argument("--word-bonus", type=float, default=None, help="score added per emitted word (default 0)")
+    p.add_argument("--rescore-weight", type=float, default=None, metavar="W",
+                   help="with --beam-size, CTC + attention models (FunASR's Conformer): rank the beam's n-best by W x "
+                   "the attention decoder's log-probability + (1 - W) x the CTC score, W in [0, 1] (default 0.5)")
     p.add_argument("--decoding-graph", default=None, metavar="FILE",
                    help="CTC models: decode over this OpenFst graph (an HLG.fst / TLG.fst, tokens in, words out; "
                    "pip install 'oasr[wfst]') instead of greedily; not with --beam-size, --lm or --hotwords")

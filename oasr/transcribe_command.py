@@ -95,6 +95,7 @@ def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True,
         beam_size=args.beam_size, patience=args.patience, length_penalty=args.length_penalty, lm=args.lm,
         lexicon=args.lexicon, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
         hotwords=parse_hotwords(args.hotwords) if args.hotwords else (), decoding_graph=args.decoding_graph,
+        rescore_weight=args.rescore_weight,
     )
 
 

@@ -89,6 +89,16 @@ def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None,
         raise ValueError("lm_weight and word_bonus weigh a language model or lexicon: give lm or lexicon too")
 
 
+def check_rescore_weight(beam_size: int | None, rescore_weight: float | None) -> None:
+    """Attention rescoring reranks a beam's n-best: its weight needs ``beam_size`` and lies in [0, 1]."""
+    if rescore_weight is None:
+        return
+    if beam_size is None:
+        raise ValueError("rescore_weight ranks a beam search's hypotheses: give beam_size too")
+    if isinstance(rescore_weight, bool) or not 0.0 <= rescore_weight <= 1.0:
+        raise ValueError(f"rescore_weight must be in [0, 1] (the attention score's share), got {rescore_weight!r}")
+
+
 def check_graph_options(decoding_graph: str | None, beam_size: int | None, lm: str | None, lexicon: str | None,
                         hotwords: tuple = ()) -> None:
     """A decoding graph holds the lexicon and the language model and is searched with its own score beam: the
@@ -155,12 +165,14 @@ class TranscribeOptions:
     word_bonus: float | None = None
     hotwords: tuple[Hotword, ...] = ()  # see DecodeOptions
     decoding_graph: str | None = None  # see DecodeOptions: CTC models
+    rescore_weight: float | None = None  # see DecodeOptions: CTC + attention models
 
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
         check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
         check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
+        check_rescore_weight(self.beam_size, self.rescore_weight)
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.task not in ("transcribe", "translate"):
@@ -215,6 +227,10 @@ class DecodeOptions:
     # WFST decoding (CTC models, ``oasr.decode.ctc_wfst``): an OpenFst HLG/TLG graph file (tokens in, words out)
     # searched with Kaldi's FasterDecoder instead of greedy or prefix-beam decoding.
     decoding_graph: str | None = None
+    # Attention rescoring (CTC + attention models, ``oasr.decode.attention_rescoring``): the beam's n-best is
+    # ranked by rescore_weight x the attention decoder's log-probability + (1 - rescore_weight) x its CTC score
+    # (None: the model's default, 0.5).
+    rescore_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -223,6 +239,7 @@ class DecodeOptions:
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
         check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
         check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
+        check_rescore_weight(self.beam_size, self.rescore_weight)
         if self.beam_size is not None and self.temperature > 0:
             raise ValueError(f"beam search is deterministic: it takes temperature 0, got {self.temperature} "
                              "(sample with beam_size=None)")
@@ -236,11 +253,11 @@ class DecodeOptions:
 
 
 def word_search_fields(options: DecodeOptions | TranscribeOptions, keep: bool = True) -> dict[str, Any]:
-    """The fields that steer a beam search beyond its size (lm, lexicon, lm_weight, word_bonus, hotwords) to
+    """The fields that steer a beam search beyond its size (lm, lexicon, weights, hotwords) to
     pass on, or (``keep=False``) their defaults, for a window that samples instead of searching; and the decoding
     graph, which needs no beam_size and so goes with every window."""
     fields = {"lm": options.lm, "lexicon": options.lexicon, "lm_weight": options.lm_weight,
-              "word_bonus": options.word_bonus}
+              "word_bonus": options.word_bonus, "rescore_weight": options.rescore_weight}
     searched = {**fields, "hotwords": options.hotwords} if keep else {**dict.fromkeys(fields), "hotwords": ()}
     return {**searched, "decoding_graph": options.decoding_graph}
 

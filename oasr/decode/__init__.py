@@ -17,6 +17,7 @@ DECODE_STRATEGIES: Registry[type] = Registry(
     lazy={
         "aed_beam": "oasr.decode.aed_beam",
         "aed_greedy": "oasr.decode.aed_greedy",
+        "ctc_attention_rescore": "oasr.decode.attention_rescoring",
         "cif_greedy": "oasr.decode.cif_greedy",
         "ctc_greedy": "oasr.decode.ctc_greedy",
         "ctc_prefix_beam": "oasr.decode.ctc_prefix_beam",

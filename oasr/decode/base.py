@@ -27,6 +27,7 @@ class DecodeStrategy:
     biases: ClassVar[bool] = False  # serves DecodeOptions.hotwords (``for_beam(..., hotwords, contexts)``)
     graph_capturable: ClassVar[bool] = False  # takes ``cuda_graphs=`` and replays captured steps
     decodes_graphs: ClassVar[bool] = False  # serves DecodeOptions.decoding_graph through ``for_graph``
+    rescores: ClassVar[bool] = False  # serves DecodeOptions.rescore_weight through ``for_rescoring``
 
     @classmethod
     def for_beam(cls, beam_size: int, hotwords: tuple = (), contexts=None) -> DecodeStrategy:
@@ -37,6 +38,11 @@ class DecodeStrategy:
     def with_words(resources, beam_size: int, lm_weight: float | None, word_bonus: float | None):
         """A word-level search (``fuses_lm`` strategies) for requests that name a lexicon or language model."""
         raise NotImplementedError("this strategy has no word-level search")
+
+    @classmethod
+    def for_rescoring(cls, beam_size: int, weight: float) -> DecodeStrategy:
+        """A search whose n-best an attention decoder reranks with ``weight`` (``rescores`` strategies)."""
+        raise NotImplementedError(f"{cls.__name__} does not rescore")
 
     @classmethod
     def for_graph(cls, graph) -> DecodeStrategy:

@@ -179,10 +179,11 @@ class FrameSyncRunner:
         by_search: dict[tuple, list[int]] = {}
         for i, request in enumerate(batch):
             o = request.options
-            key = (o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.hotwords, o.decoding_graph)
+            key = (o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.hotwords, o.decoding_graph,
+                   o.rescore_weight)
             by_search.setdefault(key, []).append(i)
         launches = []
-        for (beam_size, lm, lexicon, lm_weight, word_bonus, hotwords, graph), members in by_search.items():
+        for (beam_size, lm, lexicon, lm_weight, word_bonus, hotwords, graph, rescore), members in by_search.items():
             if len(members) == len(batch):
                 part = encoded
             else:
@@ -193,6 +194,9 @@ class FrameSyncRunner:
                 launches.append((members, search.launch(self.model, part)))
             elif beam_size is None:
                 launches.append((members, self.strategy.launch(self.model, part)))
+            elif rescore is not None:
+                search = self._beam_strategy.for_rescoring(beam_size, rescore)
+                launches.append((members, search.launch(self.model, part)))
             elif lm is not None or lexicon is not None:
                 search = self._beam_strategy.with_words(self._words.get(lm, lexicon), beam_size, lm_weight, word_bonus)
                 launches.append((members, search.launch(self.model, part)))

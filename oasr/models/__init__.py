@@ -24,6 +24,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "paraformer": "oasr.models.paraformer.model",
         "paraformer_streaming": "oasr.models.paraformer_streaming.model",
         "sense_voice": "oasr.models.sense_voice.model",
+        "funasr_conformer": "oasr.models.funasr_conformer.model",
         "voxtral": "oasr.models.voxtral.model",
         "qwen2_audio": "oasr.models.qwen2_audio.model",
         "granite_speech": "oasr.models.granite_speech.model",

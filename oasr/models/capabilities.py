@@ -32,6 +32,7 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "language_model": ("lm", "lexicon", "lm_weight", "word_bonus"),
     "hotwords": ("hotwords",),
     "decoding_graph": ("decoding_graph",),
+    "rescoring": ("rescore_weight",),
 }
 _ALWAYS_SERVED = ("max_new_tokens", "task")  # task is checked against ``tasks``
 
@@ -113,7 +114,8 @@ class ModelCapabilities:
         strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
         by_strategy = {"beam_size": strategy is not None, "language_model": strategy is not None and strategy.fuses_lm,
                        "hotwords": strategy is not None and strategy.biases,
-                       "decoding_graph": self.graph_strategy is not None}
+                       "decoding_graph": self.graph_strategy is not None,
+                       "rescoring": strategy is not None and strategy.rescores}
         return self.options | {key for key, served in by_strategy.items() if served}
 
     def strategy_for(self, options: DecodeOptions) -> str:

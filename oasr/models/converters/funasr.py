@@ -66,6 +66,25 @@ PARAFORMER_VALUES: dict[str, Any] = {
 # frontend FunASR's online one, whose frames equal the offline frontend's (oasr.models.paraformer_streaming).
 STREAMING_PARAFORMER_VALUES: dict[str, Any] = {**PARAFORMER_VALUES, "encoder_conf.input_layer": "pe_online"}
 
+# FunASR's Conformer as its released configs build it (oasr.models.funasr_conformer): conv2d subsampling, the
+# legacy relative positions ``rel_pos`` means while ``rel_pos_type`` keeps its default, pre-norm swish blocks.
+CONFORMER_VALUES: dict[str, Any] = {
+    **FRONTEND_VALUES,
+    "encoder_conf.input_layer": "conv2d",
+    "encoder_conf.pos_enc_layer_type": "rel_pos",
+    "encoder_conf.selfattention_layer_type": "rel_selfattn",
+    "encoder_conf.rel_pos_type": "legacy",
+    "encoder_conf.activation_type": "swish",
+    "encoder_conf.positionwise_layer_type": "linear",
+    "encoder_conf.normalize_before": True,
+    "encoder_conf.concat_after": False,
+    "encoder_conf.zero_triu": False,
+    "decoder_conf.input_layer": "embed",
+    "decoder_conf.normalize_before": True,
+    "decoder_conf.concat_after": False,
+    "model_conf.share_embedding": False,
+}
+
 FAMILIES = {
     "Paraformer": Family("paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
                                         "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight",
@@ -77,6 +96,8 @@ FAMILIES = {
                                   frontends=("WavFrontendOnline",)),
     "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight", "bpe",
                               required=FRONTEND_VALUES),
+    "Conformer": Family("funasr_conformer", {"encoder": ("ConformerEncoder",), "decoder": ("TransformerDecoder",)},
+                        "ctc.ctc_lo.weight", required=CONFORMER_VALUES),
 }
 
 
