@@ -165,3 +165,21 @@ def test_a_realtime_session_turns_at_funasrs_segments(golden, pcm, heard) -> Non
         mine = [e["type"] for e in sent if e.get("item_id") == begun["item_id"]]
         assert mine[:3] == [STARTED, STOPPED, "input_audio_buffer.committed"] and ended["item_id"] == begun["item_id"]
     assert lengths == [(end - start) * SAMPLES_PER_MS for start, end in segments]
+
+
+def test_serve_takes_a_vad_that_streams_and_refuses_one_that_cannot_at_startup(monkeypatch, capsys, tmp_path) -> None:
+    import oasr.serving.app
+    from oasr.cli import main
+
+    served = []
+    monkeypatch.setattr(oasr.serving.app, "serve", lambda model, settings, **kwargs: served.append(settings))
+    assert main(["serve", "--device", "cpu", "--vad", FSMN]) == 0
+    assert main(["serve", "--device", "cpu"]) == 0
+    assert [s.realtime.vad for s in served] == [FSMN, "silero"]
+    for spec, message in [("energy", "the energy VAD cannot score a live stream"),
+                          ("fsmn", "the fsmn VAD needs its model folder: fsmn:FOLDER"),
+                          (f"fsmn:{tmp_path / 'absent'}", "does not exist")]:
+        assert main(["serve", "--device", "cpu", "--vad", spec]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("oasr: error: ") and message in err and "Traceback" not in err
+    assert len(served) == 2
