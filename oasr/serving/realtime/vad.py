@@ -46,13 +46,17 @@ class DetectorHandle:
             return self._detector
 
     def stream(self) -> StreamScorer:
-        return self.get().open_stream()
+        detector = self.get()
+        try:
+            return detector.open_stream()
+        except OASRError as exc:  # a folder the detector loads but cannot stream from
+            raise UnavailableVADError(f"the {self.name} VAD cannot score a live stream: {exc}") from None
 
 
 def check_detector(spec: str) -> None:
     """Loads the detector ``spec`` names once, for a server told to use it: one that cannot be loaded or cannot
     stream is refused at startup (``UnavailableVADError``) instead of at every session."""
-    DetectorHandle(spec).get()
+    DetectorHandle(spec).stream()
 
 
 __all__ = ["DetectorHandle", "StreamScorer", "UnavailableVADError", "check_detector"]
