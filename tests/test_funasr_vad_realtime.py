@@ -183,3 +183,25 @@ def test_serve_takes_a_vad_that_streams_and_refuses_one_that_cannot_at_startup(m
         err = capsys.readouterr().err
         assert err.startswith("oasr: error: ") and message in err and "Traceback" not in err
     assert len(served) == 2
+
+
+def test_which_detectors_stream_and_what_their_streams_give(heard) -> None:
+    """The seam's capability: silero and fsmn open streams (probabilities, and segment edges), energy does not;
+    Silero's stream fed appends of any size gives its one-pass probabilities of the whole chunks."""
+    from oasr.vad.stream import StreamingDetector
+
+    pytest.importorskip("silero_vad")
+    detectors = {spec: load_detector(spec) for spec in ("silero", "energy", FSMN)}
+    assert {spec: isinstance(d, StreamingDetector) for spec, d in detectors.items()} == {
+        "silero": True, "energy": False, FSMN: True}
+    assert [detectors[spec].cuts_own_segments for spec in ("silero", FSMN)] == [False, True]
+    silero = detectors["silero"]
+    audio = heard[: 8 * 16_000]
+    sizes = np.random.default_rng(5).integers(1, 3000, size=len(audio)).tolist()
+    bounds = np.cumsum([0, *sizes[: int(np.searchsorted(np.cumsum(sizes), len(audio))) + 1]])
+    stream = silero.open_stream()
+    probs = np.concatenate([stream.push(audio[a:b]) for a, b in zip(bounds, bounds[1:])])
+    whole = silero.speech_probs([audio])[0]
+    assert len(probs) == len(audio) // silero.chunk_samples
+    np.testing.assert_allclose(probs, whole[: len(probs)], atol=1e-5)
+    assert probs.max() > 0.5 > probs.min()
