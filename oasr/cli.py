@@ -206,6 +206,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    "gets an error event until one is answered")
     p.add_argument("--realtime-max-pending-audio-s", type=float, default=240,
                    help="audio those waiting turns may hold; a commit past it gets an error event")
+    p.add_argument("--vad", default=None, metavar="NAME[:DIR]", type=_vad_spec,
+                   help="the detector behind realtime sessions' server VAD and gRPC streams' turns (default: silero, "
+                   "loaded at the first session that asks): silero, whose probabilities become turns with OpenAI's "
+                   "server_vad knobs, or fsmn:DIR, FunASR's FSMN-VAD in its model folder, whose own segments are the "
+                   "turns; one named here is loaded at startup, and refused there if it cannot stream")
     p.add_argument("--log-format", default="text", choices=LOG_FORMATS,
                    help="the startup banner and the access log (a line per request, shown without -v): 'text' for "
                    "people, 'json' for one JSON object per line")
@@ -319,7 +324,8 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
                                   max_sessions_per_client=args.realtime_max_sessions_per_client or None,
                                   max_sessions_per_key=args.realtime_max_sessions_per_key or None,
                                   max_pending_turns=args.realtime_max_pending_turns,
-                                  max_pending_audio_s=args.realtime_max_pending_audio_s),
+                                  max_pending_audio_s=args.realtime_max_pending_audio_s,
+                                  vad=args.vad or "silero"),
         log_format=args.log_format,
         diarization_model=args.diarization_model,
         diarization_device=args.device,
@@ -356,6 +362,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.max_streams is not None or args.final_model is not None:
             streaming = StreamingConfig(max_streams=StreamingConfig.max_streams if args.max_streams is None
                                         else args.max_streams, final_model=args.final_model)
+        if args.vad is not None:  # named on purpose: refused now if it cannot serve, not at the first session
+            from oasr.serving.realtime.vad import check_detector
+
+            check_detector(args.vad)
         if replicas is None:  # before the engine starts: a missing GPU is a one-line error, not a core failure
             from oasr.models.loader import check_device
 

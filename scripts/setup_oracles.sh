@@ -15,6 +15,6 @@ echo "then: $VENV/bin/python scripts/nemo_oracle/build_archives.py tests/data/ne
 FUNASR_VENV=${FUNASR_VENV:-/tmp/oracle/funasr}
 python3 -m venv "$FUNASR_VENV"
 "$FUNASR_VENV/bin/pip" install torch==2.13.0
-"$FUNASR_VENV/bin/pip" install funasr==1.4.16 kaldi-native-fbank soundfile pyyaml
+"$FUNASR_VENV/bin/pip" install funasr==1.4.16 kaldi-native-fbank soundfile pyyaml soxr
 "$FUNASR_VENV/bin/python" -c "import funasr, kaldi_native_fbank"
 echo "then: $FUNASR_VENV/bin/python scripts/funasr_oracle/build_models.py tests/data/funasr"

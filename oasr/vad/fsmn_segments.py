@@ -12,7 +12,7 @@ the detector resets and looks for the next start.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -52,9 +52,12 @@ class FsmnSegmentConfig:
                    noise_frames_for_snr=int(conf.get("noise_frame_num_used_for_snr", 100)))
 
 
-# FunASR's offline call (one chunk of up to 60 s) shortens the end silence by how long speech has lasted and
-# lowers the speech threshold to 0.5 ("dynamic silence"); a whole clip of under 10 s gets the first entry.
-DYNAMIC_FIRST_END_SILENCE_MS = 2000
+# FunASR's calls (offline: one chunk of up to 60 s; streaming: piece by piece) shorten the end silence by how long
+# speech has lasted and lower the speech threshold to 0.5 ("dynamic silence", ``DEFAULT_SILENCE_SCHEDULE``):
+# (speech so far up to this many ms, end silence in ms). A whole clip of under 10 s gets the first entry.
+DYNAMIC_SILENCE_SCHEDULE: tuple[tuple[float, int], ...] = (
+    (10_000, 2000), (20_000, 1000), (30_000, 800), (40_000, 600), (50_000, 400), (60_000, 200), (float("inf"), 100))
+DYNAMIC_FIRST_END_SILENCE_MS = DYNAMIC_SILENCE_SCHEDULE[0][1]
 DYNAMIC_SPEECH_NOISE_THRES = 0.5
 
 
@@ -97,6 +100,12 @@ class FsmnSegmenter:
         self.last_speech_frame = 0
         self.start_frame = -1
         self.state = START_NOT_DETECTED
+
+    def retune(self, max_end_silence_ms: int, speech_noise_thres: float) -> None:
+        """New end-silence and speech thresholds from the next frame on (FunASR's dynamic silence)."""
+        self.config = replace(self.config, max_end_silence_ms=max_end_silence_ms,
+                              speech_noise_thres=speech_noise_thres)
+        self.max_end_silence = max(max_end_silence_ms - self.config.speech_to_sil_ms, 0)
 
     def frame_state(self, silence: float, decibel: float) -> int:
         c = self.config
@@ -225,3 +234,26 @@ class FsmnSegmenter:
                     self.voice(frame)
             else:
                 self.voice_end(frame, fake=False)
+
+
+class DynamicSilence:
+    """FunASR's streaming schedule (``FsmnVADStreaming.inference``): before each piece of ``piece_ms``, the end
+    silence is chosen by how much speech has gone by since the last event, counted in whole pieces while a
+    segment is open; any event (a start or an end) starts the count again."""
+
+    def __init__(self, piece_ms: int, schedule: tuple[tuple[float, int], ...] = DYNAMIC_SILENCE_SCHEDULE) -> None:
+        self.piece_ms = piece_ms
+        self.schedule = schedule
+        self.speech_ms = 0
+        self.in_speech = False
+
+    def before_piece(self, segmenter: FsmnSegmenter) -> None:
+        if segmenter.state == IN_SPEECH or self.in_speech:
+            self.speech_ms += self.piece_ms
+            self.in_speech = True
+        silence_ms = next(silence for limit, silence in self.schedule if self.speech_ms <= limit)
+        segmenter.retune(silence_ms, DYNAMIC_SPEECH_NOISE_THRES)
+
+    def after_piece(self, events: list[list[int]]) -> None:
+        if events:
+            self.speech_ms, self.in_speech = 0, False

@@ -60,6 +60,10 @@ class SileroVAD:
         """Streaming: chunks [B, T, 512] continuing ``state`` -> probabilities [B, T] and the next state."""
         return self.net(chunks, state, lengths, self.options.max_chunks_per_pass)
 
+    def open_stream(self) -> SileroStream:
+        """A live stream's probabilities, chunk by chunk (``oasr.vad.stream``)."""
+        return SileroStream(self)
+
     @torch.inference_mode()
     def speech_probs(self, audios: Sequence[Audio]) -> list[np.ndarray]:
         samples = [as_samples(a) for a in audios]
@@ -98,3 +102,24 @@ class SileroVAD:
             context = torch.cat([torch.zeros(CONTEXT_SAMPLES - len(context)), context])
             out.append((samples[start : (first + piece) * CHUNK_SAMPLES], context, first - begin))
         return out
+
+
+class SileroStream:
+    """One live stream: whole chunks scored as they complete, the LSTM state carried from push to push, so the
+    probabilities equal one pass over the whole stream."""
+
+    def __init__(self, detector: SileroVAD) -> None:
+        self._detector = detector
+        self._state = SileroState.initial(1, detector.device)
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def push(self, samples: np.ndarray) -> np.ndarray:
+        """Probabilities of the chunks ``samples`` completes (maybe none)."""
+        audio = np.concatenate([self._pending, np.asarray(samples, dtype=np.float32)])
+        num_whole = len(audio) // CHUNK_SAMPLES
+        self._pending = audio[num_whole * CHUNK_SAMPLES :]
+        if num_whole == 0:
+            return np.zeros(0, dtype=np.float32)
+        chunks = torch.from_numpy(audio[: num_whole * CHUNK_SAMPLES].copy()).reshape(1, num_whole, -1)
+        probs, self._state = self._detector.step(chunks.to(self._detector.device), self._state)
+        return probs[0].float().cpu().numpy()

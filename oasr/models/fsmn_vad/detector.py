@@ -1,7 +1,8 @@
 """FunASR's FSMN-VAD as a speech detector, registered as ``fsmn`` and named with its FunASR model folder
 (``--vad fsmn:DIR``): the ported network (``oasr.models.fsmn_vad.net``) scores each 10 ms frame, and FunASR's own
 segment logic (``oasr.vad.fsmn_segments``) turns those scores into FunASR's segments, which the long-form window
-planner cuts at (``cuts_own_segments``) instead of running OASR's segmenter over the probabilities.
+planner cuts at (``cuts_own_segments``) instead of running OASR's segmenter over the probabilities. A live stream
+(``open_stream``, the realtime server VAD) gives the same state machine's start and end events as they are found.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +25,9 @@ from oasr.vad.fsmn_segments import (
     FsmnSegmenter,
     frame_decibels,
 )
+
+if TYPE_CHECKING:
+    from oasr.models.fsmn_vad.stream import FsmnStream
 
 SAMPLE_RATE = 16_000
 FRAME_SAMPLES = 160  # one fbank frame shift (10 ms): the network scores each
@@ -68,6 +73,12 @@ class FsmnVAD:
             pad_value = speech[-1] if len(speech) else 0.0
             out.append(np.concatenate([speech, np.full(wanted - len(speech), pad_value)])[:wanted].astype(np.float32))
         return out
+
+    def open_stream(self) -> FsmnStream:
+        """A live stream (``oasr.vad.stream``): FunASR's streaming events as speech edges, piece by piece."""
+        from oasr.models.fsmn_vad.stream import FsmnStream
+
+        return FsmnStream(self)
 
     def segments(self, audio: Audio) -> list[list[int]]:
         """FunASR's ``AutoModel.generate`` segments for a whole clip under 10 s: ``[[start_ms, end_ms], ...]``

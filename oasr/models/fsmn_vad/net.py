@@ -5,7 +5,8 @@ Frames: Kaldi fbank every 10 ms, stacked 5 at a time (LFR m=5, n=1) and CMVN'd, 
 them. Network: two affine layers and a ReLU, FSMN blocks (a projection, a causal depthwise memory over ``lorder``
 past frames, an affine back and a ReLU), two affine layers out and a softmax over the states; state 0 is silence.
 Module names mirror the checkpoint's keys (``encoder.in_linear1.linear.weight`` ...), so the state dict loads as
-saved. The segment logic (FunASR's ``E2EVadModel`` state machine) is not ported yet: see docs/funasr.md.
+saved. The encoder also scores a live stream piece by piece, its FSMN memories carried (``FsmnEncoder.forward``'s
+``memory``; ``oasr.models.fsmn_vad.stream``). The segment logic is ``oasr.vad.fsmn_segments``.
 """
 
 from __future__ import annotations
@@ -66,11 +67,13 @@ class MemoryBlock(nn.Module):
         self.reach = (lorder - 1) * lstride
         self.conv_left = nn.Conv2d(dim, dim, (lorder, 1), dilation=(lstride, 1), groups=dim, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [B, T, D] -> [B, T, D] (zeros before the first frame)."""
-        channels = x.transpose(1, 2).unsqueeze(-1)  # [B, D, T, 1]
-        past = nn.functional.pad(channels, (0, 0, self.reach, 0))
-        return x + self.conv_left(past).squeeze(-1).transpose(1, 2)
+    def forward(self, x: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [B, T, D] -> [B, T, D]; ``past``: the ``reach`` frames before x [B, reach, D] (None: zeros, x
+        starts the stream)."""
+        if past is None:
+            past = x.new_zeros(x.shape[0], self.reach, x.shape[2])
+        channels = torch.cat([past, x], dim=1).transpose(1, 2).unsqueeze(-1)  # [B, D, reach + T, 1]
+        return x + self.conv_left(channels).squeeze(-1).transpose(1, 2)
 
 
 class FsmnLayer(nn.Module):
@@ -80,8 +83,17 @@ class FsmnLayer(nn.Module):
         self.fsmn_block = MemoryBlock(config.proj_dim, config.lorder, config.lstride)
         self.affine = Affine(config.proj_dim, config.linear_dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.affine(self.fsmn_block(self.linear(x))))
+    def forward(self, x: torch.Tensor, past: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: [B, T, linear_dim] -> (output [B, T, linear_dim], the memory's ``reach`` last input frames, the
+        ``past`` of the frames that follow)."""
+        projected = self.linear(x)
+        output = torch.relu(self.affine(self.fsmn_block(projected, past)))
+        reach = self.fsmn_block.reach
+        if past is not None:
+            projected = torch.cat([past, projected], dim=1)
+        elif projected.shape[1] < reach:
+            projected = nn.functional.pad(projected, (0, 0, reach - projected.shape[1], 0))
+        return output, projected[:, projected.shape[1] - reach :]
 
 
 class FsmnEncoder(nn.Module):
@@ -95,9 +107,17 @@ class FsmnEncoder(nn.Module):
         self.out_linear1 = Affine(config.linear_dim, config.output_affine_dim)
         self.out_linear2 = Affine(config.output_affine_dim, config.output_dim)
 
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+    def forward(self, frames: torch.Tensor, memory: list[torch.Tensor] | None = None
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """frames [B, T, input_dim] continuing a stream whose FSMN layers last saw ``memory`` (None: a new
+        stream) -> (state probabilities [B, T, output_dim], the memory after them). The network is causal, so
+        a stream scored piece by piece gets the scores of one pass."""
         hidden = torch.relu(self.in_linear2(self.in_linear1(frames)))
-        return torch.softmax(self.out_linear2(self.out_linear1(self.fsmn(hidden))), dim=-1)
+        carried = []
+        for index, layer in enumerate(self.fsmn):
+            hidden, past = layer(hidden, None if memory is None else memory[index])
+            carried.append(past)
+        return torch.softmax(self.out_linear2(self.out_linear1(hidden)), dim=-1), carried
 
 
 class FsmnVadNet(nn.Module):
@@ -113,8 +133,12 @@ class FsmnVadNet(nn.Module):
     def silence_probabilities(self, audio: torch.Tensor) -> torch.Tensor:
         """audio: float32 [N] at 16 kHz -> the silence states' probability per 10 ms frame [T]."""
         features, lengths = self.frontend([audio], device=audio.device)
-        scores = self.encoder(features[:, : int(lengths[0])])
-        return scores[0][:, self.silence_states].sum(dim=-1)
+        scores, _ = self.encoder(features[:, : int(lengths[0])])
+        return self.silence(scores[0])
+
+    def silence(self, scores: torch.Tensor) -> torch.Tensor:
+        """State probabilities [T, output_dim] -> the silence states' [T]."""
+        return scores[:, self.silence_states].sum(dim=-1)
 
 
 def load_fsmn_vad(directory: Path | str, device: str | torch.device = "cpu") -> FsmnVadNet:

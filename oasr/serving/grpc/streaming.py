@@ -189,6 +189,8 @@ class TurnStream(RivaStream):
     async def push(self, samples: np.ndarray) -> None:
         if self.buffer.num_buffered_samples + len(samples) > self.buffer.max_buffer_samples:
             self._commit(self.buffer.commit())  # a turn as long as the buffer holds is cut there
+            if self.scorer is not None:  # the buffer's VAD starts again at its end; so does the detector's stream
+                self.scorer = await asyncio.to_thread(self.service.detector.stream)
         self.buffer.append(samples)
         if self.scorer is not None:
             probs = await asyncio.to_thread(self.scorer.push, samples)

@@ -15,6 +15,12 @@ after the speech did (``SpeechStopped``, ``audio_end_ms``: the end of the audio 
 counts it) and is committed. While no speech is open, audio older than the prefix padding is dropped, so an idle
 session holds a fraction of a second.
 
+A detector that decides its own segments (FSMN-VAD: its state machine has its own start look-back and end silence)
+hands the session ``StreamSegments`` instead of probabilities, and its edges are the turns as they are: a start
+opens one (``audio_start_ms`` = the segment's start), an end stops and commits it (``audio_end_ms`` = the
+segment's end). OpenAI's three knobs do not apply then; audio before the detector's ``settled`` sample is dropped
+while no speech is open.
+
 A streaming model hears a turn while it is spoken, so its item id and its first sample are known before the
 commit: ``turn_item_id`` and ``turn_start_sample`` (the open speech's, or in commit mode the buffer's), and
 ``samples_from`` the audio since. A commit then cuts the turn from that same first sample.
@@ -29,6 +35,7 @@ from itertools import count
 import numpy as np
 
 from oasr.vad.segmenter import SegmenterOptions, speech_segments
+from oasr.vad.stream import StreamSegments
 
 SAMPLE_RATE = 16_000
 SAMPLES_PER_MS = SAMPLE_RATE // 1000
@@ -188,6 +195,8 @@ class TurnBuffer:
         silence has been scanned)."""
         if self._speech_item is None:
             return self._end
+        if self._speech_until is not None:  # a detector's own segment: it says how far its speech surely goes
+            return max(min(self._vad_origin + self._speech_until, self._end), self._turn_start)
         last_chunk = self._vad_origin + (self._scan_chunk + len(self._probs) - 1) * self.chunk_samples
         return max(min(last_chunk, self._end), self._turn_start)
 
@@ -226,11 +235,13 @@ class TurnBuffer:
 
     # ------------------------------------------------------------------ server VAD
 
-    def detect(self, probs: Sequence[float]) -> list[SessionEvent]:
-        """The detector's probabilities of its next chunks (in order, since ``set_turn_detection``); the
-        events they cause."""
+    def detect(self, probs: Sequence[float] | StreamSegments) -> list[SessionEvent]:
+        """The detector's probabilities of its next chunks (in order, since ``set_turn_detection``), or what a
+        detector that cuts its own segments found; the events they cause."""
         if self.turn_detection is None:
             raise RuntimeError("detect() without turn detection")
+        if isinstance(probs, StreamSegments):
+            return self._follow(probs)
         self._probs.extend(float(p) for p in probs)
         events: list[SessionEvent] = []
         while self._probs:
@@ -275,6 +286,25 @@ class TurnBuffer:
         self._speech_item = None
         return events
 
+    def _follow(self, found: StreamSegments) -> list[SessionEvent]:
+        """A detector's own segment edges (stream samples counted from ``_vad_origin``) as turns."""
+        events: list[SessionEvent] = []
+        for edge in found.edges:
+            sample = self._vad_origin + edge.sample
+            if edge.starts and self._speech_item is None:
+                self._speech_item = self._new_item_id()
+                self._turn_start = min(max(sample, self._buffer_start), self._end)
+                events.append(SpeechStarted(self._speech_item, self._turn_start // SAMPLES_PER_MS))
+            elif not edge.starts and self._speech_item is not None:
+                item_id, turn_end = self._speech_item, min(max(sample, self._turn_start), self._end)
+                events.append(SpeechStopped(item_id, turn_end // SAMPLES_PER_MS))
+                events.append(self._cut(item_id, self._turn_start, turn_end))
+                self._speech_item = None
+        self._speech_until = found.speech_until
+        if self._speech_item is None:
+            self._drop_before(min(self._vad_origin + found.settled, self._end))
+        return events
+
     def _drop_idle_audio(self) -> None:
         td = self.turn_detection
         assert td is not None
@@ -287,6 +317,7 @@ class TurnBuffer:
         self._probs: list[float] = []
         self._speech_item: str | None = None
         self._turn_start = 0
+        self._speech_until: int | None = None  # set by a detector that cuts its own segments (``_follow``)
 
     # ------------------------------------------------------------------ samples
 

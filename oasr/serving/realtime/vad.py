@@ -1,10 +1,11 @@
-"""Speech probabilities of a session's audio as it arrives, from a VAD detector of ``oasr.vad``'s registry.
+"""The server's VAD detector for realtime sessions, from ``oasr.vad``'s registry, and one stream of it per session.
 
 The detector is loaded once per server, on the first session that turns server VAD on (it imports torch, which an
-HTTP worker in process mode otherwise never loads). Each session scores its audio through a ``StreamScorer``:
-whole chunks as they complete, continuing the detector's recurrent state, so the probabilities equal one pass
-over the whole stream. Only detectors with a streaming ``step`` (Silero) qualify; the energy detector measures a
-stream against its own quiet parts, which a live stream does not have yet.
+HTTP worker in process mode otherwise never loads). Each session feeds its audio to a stream of its own
+(``oasr.vad.stream``): Silero's gives speech probabilities chunk by chunk, which the session turns into turns with
+OpenAI's ``server_vad`` knobs; FSMN-VAD's gives its own segment edges, which become the turns as they are. Any
+detector that can open a stream qualifies; the energy detector, which measures a stream against its own quiet
+parts, cannot.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import numpy as np
+from oasr.errors import OASRError
+from oasr.vad.stream import DetectorStream as StreamScorer  # what a session pushes its samples to
+from oasr.vad.stream import StreamingDetector
 
 
-class UnavailableVADError(RuntimeError):
-    """The configured detector cannot be loaded here (its package is not installed) or cannot stream."""
+class UnavailableVADError(OASRError, RuntimeError):
+    """The configured detector cannot be loaded here (its package or model folder is missing) or cannot stream."""
 
 
 class DetectorHandle:
@@ -27,7 +30,7 @@ class DetectorHandle:
         self._detector: Any = None
         self._lock = threading.Lock()
 
-    def get(self) -> Any:
+    def get(self) -> StreamingDetector:
         with self._lock:
             if self._detector is None:
                 from oasr.vad import load_detector
@@ -35,37 +38,25 @@ class DetectorHandle:
 
                 try:
                     detector = load_detector(self.name, "cpu")
-                except (ImportError, FileNotFoundError, MissingVADPackageError) as exc:
+                except (ImportError, FileNotFoundError, MissingVADPackageError, OASRError) as exc:
                     raise UnavailableVADError(f"the {self.name} VAD is not available on this server: {exc}") from None
-                if not hasattr(detector, "step"):
+                if not isinstance(detector, StreamingDetector):
                     raise UnavailableVADError(f"the {self.name} VAD cannot score a live stream")
                 self._detector = detector
             return self._detector
 
     def stream(self) -> StreamScorer:
-        return StreamScorer(self.get())
+        detector = self.get()
+        try:
+            return detector.open_stream()
+        except OASRError as exc:  # a folder the detector loads but cannot stream from
+            raise UnavailableVADError(f"the {self.name} VAD cannot score a live stream: {exc}") from None
 
 
-class StreamScorer:
-    """One stream's probabilities, chunk by chunk. ``push`` runs the network: call it off the event loop."""
+def check_detector(spec: str) -> None:
+    """Loads the detector ``spec`` names once, for a server told to use it: one that cannot be loaded or cannot
+    stream is refused at startup (``UnavailableVADError``) instead of at every session."""
+    DetectorHandle(spec).stream()
 
-    def __init__(self, detector: Any) -> None:
-        from oasr.vad.silero_net import SileroState
 
-        self._detector = detector
-        self.chunk_samples: int = detector.chunk_samples
-        self._state = SileroState.initial(1)
-        self._pending = np.zeros(0, dtype=np.float32)
-
-    def push(self, samples: np.ndarray) -> np.ndarray:
-        """Probabilities of the chunks ``samples`` completes (maybe none)."""
-        import torch
-
-        audio = np.concatenate([self._pending, np.asarray(samples, dtype=np.float32)])
-        num_chunks = len(audio) // self.chunk_samples
-        self._pending = audio[num_chunks * self.chunk_samples :]
-        if num_chunks == 0:
-            return np.zeros(0, dtype=np.float32)
-        chunks = torch.from_numpy(audio[: num_chunks * self.chunk_samples].copy()).reshape(1, num_chunks, -1)
-        probs, self._state = self._detector.step(chunks, self._state)
-        return probs[0].float().numpy()
+__all__ = ["DetectorHandle", "StreamScorer", "UnavailableVADError", "check_detector"]
