@@ -58,6 +58,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="language to write, on models that translate between many (Canary); default: the spoken one")
     p.add_argument("--no-punctuation", action="store_true",
                    help="text without punctuation and capitals, on models that can leave them out (Canary)")
+    p.add_argument("--punctuate", default=None, metavar="DIR",
+                   help="add punctuation after decoding with this FunASR CT-Transformer folder (config.yaml, "
+                   "model.pt, tokens.json), for models that write none (FunASR's Paraformer); words keep their times")
     p.add_argument("--long-form", default="parallel", choices=("parallel", "sequential"),
                    help="audio over 30 s: 'parallel' decodes consecutive 30 s windows independently (fast); "
                    "'sequential' is openai-whisper's loop (each window resumes at the last timestamp, conditioned "

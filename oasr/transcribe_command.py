@@ -95,6 +95,7 @@ def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True,
         beam_size=args.beam_size, patience=args.patience, length_penalty=args.length_penalty, lm=args.lm,
         lexicon=args.lexicon, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
         hotwords=parse_hotwords(args.hotwords) if args.hotwords else (), decoding_graph=args.decoding_graph,
+        punctuate=args.punctuate,
     )
 
 
@@ -372,4 +373,15 @@ def _streamed(args: argparse.Namespace, loaded, paths: list[Path]):
 
     options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
                                       endpointing=EndpointConfig() if args.endpointing else None)
-    return StreamTranscriber(loaded, options).run(paths)
+    results = StreamTranscriber(loaded, options).run(paths)
+    return _punctuated(args.punctuate, loaded, results) if args.punctuate else results
+
+
+def _punctuated(folder: str, loaded, results):
+    """Streamed files' final transcripts with punctuation added (--punctuate), checked and loaded before the first."""
+    from oasr.models.capabilities import capabilities_of
+    from oasr.transcription.punctuation import TranscriptPunctuator, check_punctuates, load_punctuator
+
+    check_punctuates(capabilities_of(type(loaded.model)), loaded.name)
+    punctuator = TranscriptPunctuator(load_punctuator(folder, str(loaded.device)))
+    return (punctuator.transcriptions([result])[0] for result in results)
