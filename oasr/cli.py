@@ -178,6 +178,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="answer only requests whose Host header names HOST (any port; '*.example.com' for "
                    "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
                    "when --host is a loopback address (against DNS rebinding), else any")
+    p.add_argument("--punctuate", default=None, metavar="DIR",
+                   help="add punctuation with this FunASR CT-Transformer folder, for models that write none "
+                   "(FunASR's Paraformer): whole-file answers (text, segments, words) and realtime items' completed "
+                   "transcripts; run on the CPU of each HTTP worker")
     p.add_argument("--diarization-model", default=None, metavar="ID",
                    help="a diarization checkpoint (directory or Hub id), loaded in the engine core beside the "
                    "model (on Ray, in the HTTP process): POST /v1/audio/diarization, response_format "
@@ -316,6 +320,7 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         log_format=args.log_format,
         diarization_model=args.diarization_model,
         diarization_device=args.device,
+        punctuate=args.punctuate,
         grpc=_grpc_settings(args),
     )
 

@@ -30,6 +30,15 @@ def check_punctuates(capabilities: ModelCapabilities, name: str) -> None:
                                      "models that write none, such as FunASR's Paraformer")
 
 
+def punctuator_for(folder: str | None, capabilities: ModelCapabilities, name: str,
+                   device: str = "cpu") -> TranscriptPunctuator | None:
+    """The punctuation ``folder`` asks for (None: none), refused for a model that writes its own."""
+    if folder is None:
+        return None
+    check_punctuates(capabilities, name)
+    return TranscriptPunctuator(load_punctuator(folder, device))
+
+
 def load_punctuator(folder: str | Path, device: str = "cpu") -> Punctuator:
     """The punctuation model of ``folder`` (a FunASR CT-Transformer folder), on ``device``."""
     path = Path(folder).expanduser()
