@@ -51,6 +51,21 @@ def test_letters_keep_the_input_characters_in_order(punctuator):
     assert len(result.marks) == len(result.letters)
 
 
+def test_scripted_classes_are_written_as_funasr_writes_them(golden, punctuator):
+    """FunASR's inference fed fixed classes per word: carried mini-sentences, a comma cut past 200 carried words,
+    English spacing at run starts, the last mark rewritten (a "<unk>" mark too)."""
+    scripted_golden = golden["scripted"]
+    by_id = {punctuator.vocabulary[word]: mark for word, mark in scripted_golden["classes"].items()}
+    config = punctuator.config
+    for text, expected in zip(scripted_golden["inputs"], scripted_golden["texts"], strict=True):
+        words = split_words(text)
+        ids = [punctuator.vocabulary.get(word, punctuator.unk_id) for word in words]
+        written = punctuate_words(words, ids, lambda batch: [by_id.get(i, 1) for i in batch], config.punc_list,
+                                  config.sentence_end_id)
+        assert written.text == expected
+    assert any(len(split_words(text)) > 200 for text in scripted_golden["inputs"])
+
+
 def scripted(classes: list[int]):
     """A classifier that hands out ``classes`` in order, one per word it is asked about (carried words again)."""
     remaining = iter(classes)
