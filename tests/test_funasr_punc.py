@@ -86,7 +86,7 @@ def test_a_sentence_end_keeps_the_words_before_it_and_carries_the_rest():
 def test_a_long_run_without_a_sentence_end_is_cut_at_its_last_comma():
     words = ["字"] * 230
     carried, script = 0, []
-    for number in range(11):
+    for _ in range(11):  # ten mini-sentences carried whole, the eleventh cut
         length = carried + 20
         row = [1] * length
         if length > 200:
@@ -110,3 +110,16 @@ def test_a_folder_that_is_not_a_ct_transformer_is_refused(tmp_path):
         PUNCTUATORS.get("ct_transformer").load(folder)
     with pytest.raises(CheckpointError, match="no config.yaml"):
         PUNCTUATORS.get("ct_transformer").load(tmp_path)
+    config["encoder_conf"]["input_layer"] = "pe"
+    config["model_conf"]["jieba_usr_dict"] = "jieba_usr_dict"
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(CheckpointError, match="model_conf.jieba_usr_dict is set"):
+        PUNCTUATORS.get("ct_transformer").load(folder)
+    del config["model_conf"]["jieba_usr_dict"]
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    (folder / "tokens.json").write_text('["<unk>", "a"]', encoding="utf-8")
+    with pytest.raises(CheckpointError, match="shapes differ"):
+        PUNCTUATORS.get("ct_transformer").load(folder)
+    (folder / "jieba_usr_dict").write_text("", encoding="utf-8")
+    with pytest.raises(CheckpointError, match="word-level CT-Transformer"):
+        PUNCTUATORS.get("ct_transformer").load(folder)

@@ -55,10 +55,12 @@ def check_fields(config: dict[str, Any], where: str) -> None:
         if value != required:
             raise CheckpointError(f"{where}: config.yaml field {path} is {value!r}; OASR serves {required!r}")
     # Word-level checkpoints segment Chinese with jieba and a user dictionary; OASR reads character-level ones.
-    for section in ("model_conf", "tokenizer_conf"):
-        if (config.get(section) or {}).get("jieba_usr_dict") is not None or config.get("jieba_usr_dict") is not None:
-            raise CheckpointError(f"{where}: config.yaml field {section}.jieba_usr_dict is set; OASR serves "
-                                  "character-level CT-Transformers (no jieba word segmentation)")
+    places = {"jieba_usr_dict": config, **{f"{s}.jieba_usr_dict": config.get(s) or {} for s in ("model_conf",
+                                                                                                "tokenizer_conf")}}
+    for path, section in places.items():
+        if section.get("jieba_usr_dict") is not None:
+            raise CheckpointError(f"{where}: config.yaml field {path} is set; OASR serves character-level "
+                                  "CT-Transformers (no jieba word segmentation)")
 
 
 def read_config(config: dict[str, Any], where: str) -> CTPuncConfig:
