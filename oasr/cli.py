@@ -320,9 +320,16 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         log_format=args.log_format,
         diarization_model=args.diarization_model,
         diarization_device=args.device,
-        punctuate=args.punctuate,
+        punctuate=_punctuation_folder(args.punctuate),
         grpc=_grpc_settings(args),
     )
+
+
+def _punctuation_folder(folder: str | None) -> str | None:
+    """--punctuate's folder, checked before the engine starts (its model loads in the HTTP workers after)."""
+    if folder is not None and not (Path(folder).expanduser() / "config.yaml").is_file():
+        raise ValueError(f"--punctuate {folder}: no config.yaml there (a FunASR CT-Transformer folder)")
+    return folder
 
 
 def _grpc_settings(args: argparse.Namespace) -> GrpcSettings | None:

@@ -62,6 +62,21 @@ def test_whole_file_answers_carry_funasrs_punctuation(client) -> None:
         assert "".join(w.word for w in verbose.words).replace(" ", "") == text.text.replace(" ", "")
 
 
+def test_a_streamed_answer_ends_with_the_punctuated_text(client) -> None:
+    expected = golden("ct_punc")["paraformer"]
+    path = clip(expected["clips"][0])
+    events = list(client.audio.transcriptions.create(file=(path.name, path.read_bytes()), model="funasr",
+                                                     stream=True))
+    assert events[-1].type == "transcript.text.done" and events[-1].text == expected["texts"][0].strip()
+
+
+def test_serve_refuses_a_missing_folder_before_the_engine_starts(capsys, tmp_path) -> None:
+    from oasr.cli import main
+
+    assert main(["serve", "--model", str(DATA / "paraformer"), "--punctuate", str(tmp_path)]) == 2
+    assert "oasr: error: --punctuate" in capsys.readouterr().err
+
+
 def test_a_model_that_writes_punctuation_is_refused_one() -> None:
     with pytest.raises(UnsupportedOptionError, match="writes its own punctuation: --punctuate"):
         punctuator_for(str(PUNC), capabilities_of(ARCHITECTURES.get("sense_voice")), "sense_voice")
