@@ -80,3 +80,17 @@ def test_a_missing_or_wrong_folder_is_a_clear_error(capsys, tmp_path) -> None:
                      "--punctuate", str(folder)])
         err = capsys.readouterr().err
         assert code != 0 and message in err and "Traceback" not in err, err
+
+
+def test_streamed_transcripts_are_punctuated_at_the_end(capsys) -> None:
+    from oasr.transcription.punctuation import load_punctuator
+
+    first = clip_paths()[0]
+    streaming = str(DATA / "paraformer_streaming")
+    common = ["transcribe", first, "--model", streaming, "--device", "cpu", "--quiet", "--stream"]
+    assert main(common) == 0
+    plain = capsys.readouterr().out.strip()
+    assert main([*common, "--punctuate", str(PUNC)]) == 0
+    punctuated = capsys.readouterr().out.strip()
+    [written] = load_punctuator(PUNC).punctuate([plain])
+    assert len(plain) >= 10 and punctuated == written.text.strip() != plain
