@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from oasr.cli import main
 from tests.speech_data import audio_path, require_speech_data
 

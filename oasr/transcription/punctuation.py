@@ -20,7 +20,7 @@ from oasr.errors import ModelNotFoundError, UnsupportedOptionError
 from oasr.models.capabilities import ModelCapabilities
 from oasr.models.punctuation import DEFAULT_PUNCTUATOR, PUNCTUATORS, PunctuatedText, Punctuator
 from oasr.transcription.results import DecodedWindow
-from oasr.types import Segment, Transcription, Word
+from oasr.types import Transcription, Word
 
 
 def check_punctuates(capabilities: ModelCapabilities, name: str) -> None:
