@@ -70,6 +70,19 @@ def test_a_model_that_punctuates_is_refused_naming_the_option(capsys) -> None:
     assert code != 0
     err = capsys.readouterr().err
     assert "oasr: error:" in err and "writes its own punctuation: --punctuate" in err and "Traceback" not in err
+    assert "or with --no-punctuation" in err
+
+
+def test_sense_voice_without_its_itn_takes_the_punctuator(capsys) -> None:
+    from oasr.transcription.punctuation import load_punctuator
+
+    common = ["transcribe", clip_paths()[0], "--model", str(DATA / "sense_voice"), "--device", "cpu", "--quiet",
+              "--no-punctuation"]
+    assert main(common) == 0
+    plain = capsys.readouterr().out.strip()
+    assert main([*common, "--punctuate", str(PUNC)]) == 0
+    [written] = load_punctuator(PUNC).punctuate([plain])
+    assert len(plain) >= 5 and capsys.readouterr().out.strip() == written.text.strip() != plain
 
 
 def test_a_missing_or_wrong_folder_is_a_clear_error(capsys, tmp_path) -> None:

@@ -108,7 +108,7 @@ class OfflineTranscriber:
         own; it runs beside the model, on its device."""
         if folder is None:
             return None
-        check_punctuates(capabilities_of(type(self.loaded.model)), self.loaded.name)
+        check_punctuates(capabilities_of(type(self.loaded.model)), self.loaded.name, self.options.punctuation)
         return TranscriptPunctuator(load_punctuator(folder, str(self.loaded.device)))
 
     def spans(self, samples: np.ndarray) -> list[Span]:

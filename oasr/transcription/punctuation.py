@@ -3,8 +3,9 @@ DIR``): a punctuator (``oasr.models.punctuation``) writes a transcript's whole t
 the parts of the result that hold the same characters: the windows' texts, the segments' and the words'. A word
 keeps its times; its text takes the marks that follow its characters and the capitals of a sentence's start.
 
-Only models whose capability record says they write no punctuation take one (``writes_punctuation``): a
-punctuator would put marks beside the model's own.
+Only models whose capability record says they write no punctuation take one (``writes_punctuation``), or, in
+offline runs, a model that can leave its punctuation out (the ``punctuation`` option: SenseVoice's ITN off) asked
+to: a punctuator would put marks beside the model's own.
 
 The whole text is punctuated at once, as FunASR punctuates a transcript, so a sentence may run across windows.
 Within a part, spaces are the punctuator's (it spaces English words from each other and not from Chinese
@@ -23,11 +24,14 @@ from oasr.transcription.results import DecodedWindow
 from oasr.types import Transcription, Word
 
 
-def check_punctuates(capabilities: ModelCapabilities, name: str) -> None:
-    """Refuses a punctuator for a model that writes its own punctuation, naming the option."""
-    if capabilities.writes_punctuation:
-        raise UnsupportedOptionError(f"{name} writes its own punctuation: --punctuate (punctuate=) adds it to "
-                                     "models that write none, such as FunASR's Paraformer")
+def check_punctuates(capabilities: ModelCapabilities, name: str, punctuation: bool = True) -> None:
+    """Refuses a punctuator for a model that writes its own punctuation, naming the option; ``punctuation``:
+    the requests ask the model for its own (``DecodeOptions.punctuation``)."""
+    if not capabilities.writes_punctuation or (not punctuation and "punctuation" in capabilities.options):
+        return
+    leave_out = " (or with --no-punctuation, which this model serves)" if "punctuation" in capabilities.options else ""
+    raise UnsupportedOptionError(f"{name} writes its own punctuation: --punctuate (punctuate=) adds it to models "
+                                 f"that write none, such as FunASR's Paraformer{leave_out}")
 
 
 def punctuator_for(folder: str | None, capabilities: ModelCapabilities, name: str,
