@@ -380,8 +380,7 @@ def _streamed(args: argparse.Namespace, loaded, paths: list[Path]):
 def _punctuated(folder: str, loaded, results):
     """Streamed files' final transcripts with punctuation added (--punctuate), checked and loaded before the first."""
     from oasr.models.capabilities import capabilities_of
-    from oasr.transcription.punctuation import TranscriptPunctuator, check_punctuates, load_punctuator
+    from oasr.transcription.punctuation import punctuator_for
 
-    check_punctuates(capabilities_of(type(loaded.model)), loaded.name)
-    punctuator = TranscriptPunctuator(load_punctuator(folder, str(loaded.device)))
+    punctuator = punctuator_for(folder, capabilities_of(type(loaded.model)), loaded.name, str(loaded.device))
     return (punctuator.transcriptions([result])[0] for result in results)

@@ -24,7 +24,7 @@ from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.transcription.parallel import CoverPlan, WindowCover, cover_plan, window_covers
-from oasr.transcription.punctuation import TranscriptPunctuator, check_punctuates, load_punctuator
+from oasr.transcription.punctuation import TranscriptPunctuator, punctuator_for
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
 from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
@@ -101,15 +101,10 @@ class OfflineTranscriber:
         self.long_form_timestamps = self._serves_timestamps()
         detector = long_audio_detector(capabilities_of(type(loaded.model)), options.vad)
         self.span_planner = SpanPlanner(detector, self.window, loaded.device)
-        self.punctuator = self._punctuator(options.punctuate)
-
-    def _punctuator(self, folder: str | None) -> TranscriptPunctuator | None:
-        """The punctuation added after decoding (``TranscribeOptions.punctuate``), refused for a model that writes its
-        own; it runs beside the model, on its device."""
-        if folder is None:
-            return None
-        check_punctuates(capabilities_of(type(self.loaded.model)), self.loaded.name, self.options.punctuation)
-        return TranscriptPunctuator(load_punctuator(folder, str(self.loaded.device)))
+        # punctuation added after decoding (``TranscribeOptions.punctuate``), beside the model on its device
+        self.punctuator: TranscriptPunctuator | None = punctuator_for(
+            options.punctuate, capabilities_of(type(loaded.model)), loaded.name, str(loaded.device),
+            punctuation=options.punctuation)
 
     def spans(self, samples: np.ndarray) -> list[Span]:
         """Where to cut one input (``SpanPlanner``)."""

@@ -34,12 +34,13 @@ def check_punctuates(capabilities: ModelCapabilities, name: str, punctuation: bo
                                  f"that write none, such as FunASR's Paraformer{leave_out}")
 
 
-def punctuator_for(folder: str | None, capabilities: ModelCapabilities, name: str,
-                   device: str = "cpu") -> TranscriptPunctuator | None:
-    """The punctuation ``folder`` asks for (None: none), refused for a model that writes its own."""
+def punctuator_for(folder: str | None, capabilities: ModelCapabilities, name: str, device: str = "cpu", *,
+                   punctuation: bool = True) -> TranscriptPunctuator | None:
+    """The punctuation ``folder`` asks for (None: none), refused for a model that writes its own (``punctuation``:
+    as ``check_punctuates``)."""
     if folder is None:
         return None
-    check_punctuates(capabilities, name)
+    check_punctuates(capabilities, name, punctuation)
     return TranscriptPunctuator(load_punctuator(folder, device))
 
 
