@@ -78,6 +78,7 @@ def transcribe(
     hotwords: str | Sequence[Hotword] = (),
     decoding_graph: str | None = None,
     rescore_weight: float | None = None,
+    punctuate: str | Path | None = None,
 ) -> list[Transcription]:
     """Transcribes audio files, bytes or 16 kHz float arrays: one ``Transcription`` per input, in input order.
 
@@ -100,6 +101,8 @@ def transcribe(
     (CTC models: an OpenFst HLG/TLG graph file) decodes over that graph instead (``oasr.decode.ctc_wfst``).
     ``rescore_weight`` (CTC + attention models, with ``beam_size``) is the attention decoder's share of the score
     its n-best is reranked by (``oasr.decode.attention_rescoring``).
+    ``punctuate`` (a FunASR CT-Transformer folder) adds punctuation to the results of a model that writes none
+    (FunASR's Paraformer), words keeping their times (``oasr.transcription.punctuation``).
     ``options`` (a full ``TranscribeOptions``) replaces the keyword options before it."""
     if options is None:
         options = TranscribeOptions(language=language, task=task, target_language=target_language,
@@ -108,7 +111,8 @@ def transcribe(
                                     beam_size=beam_size, patience=patience, length_penalty=length_penalty,
                                     lm=lm, lexicon=lexicon, lm_weight=lm_weight, word_bonus=word_bonus,
                                     hotwords=parse_hotwords(hotwords) if isinstance(hotwords, str) else tuple(hotwords),
-                                    decoding_graph=decoding_graph, rescore_weight=rescore_weight)
+                                    decoding_graph=decoding_graph, rescore_weight=rescore_weight,
+                                    punctuate=None if punctuate is None else str(punctuate))
     results = list(iter_transcribe(inputs, model, options=options, device=device, dtype=dtype))
     failures = [result for result in results if result.error]
     if failures and not skip_errors:

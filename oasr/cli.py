@@ -58,6 +58,9 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    help="language to write, on models that translate between many (Canary); default: the spoken one")
     p.add_argument("--no-punctuation", action="store_true",
                    help="text without punctuation and capitals, on models that can leave them out (Canary)")
+    p.add_argument("--punctuate", default=None, metavar="DIR",
+                   help="add punctuation after decoding with this FunASR CT-Transformer folder (config.yaml, "
+                   "model.pt, tokens.json), for models that write none (FunASR's Paraformer); words keep their times")
     p.add_argument("--long-form", default="parallel", choices=("parallel", "sequential"),
                    help="audio over 30 s: 'parallel' decodes consecutive 30 s windows independently (fast); "
                    "'sequential' is openai-whisper's loop (each window resumes at the last timestamp, conditioned "
@@ -181,6 +184,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="answer only requests whose Host header names HOST (any port; '*.example.com' for "
                    "subdomains, '*' for any; repeatable); others get 400. Default: localhost, 127.0.0.1 and ::1 "
                    "when --host is a loopback address (against DNS rebinding), else any")
+    p.add_argument("--punctuate", default=None, metavar="DIR",
+                   help="add punctuation with this FunASR CT-Transformer folder, for models that write none "
+                   "(FunASR's Paraformer): whole-file answers (text, segments, words) and realtime items' completed "
+                   "transcripts; run on the CPU of each HTTP worker")
     p.add_argument("--diarization-model", default=None, metavar="ID",
                    help="a diarization checkpoint (directory or Hub id), loaded in the engine core beside the "
                    "model (on Ray, in the HTTP process): POST /v1/audio/diarization, response_format "
@@ -329,8 +336,16 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         log_format=args.log_format,
         diarization_model=args.diarization_model,
         diarization_device=args.device,
+        punctuate=_punctuation_folder(args.punctuate),
         grpc=_grpc_settings(args),
     )
+
+
+def _punctuation_folder(folder: str | None) -> str | None:
+    """--punctuate's folder, checked before the engine starts (its model loads in the HTTP workers after)."""
+    if folder is not None and not (Path(folder).expanduser() / "config.yaml").is_file():
+        raise ValueError(f"--punctuate {folder}: no config.yaml there (a FunASR CT-Transformer folder)")
+    return folder
 
 
 def _grpc_settings(args: argparse.Namespace) -> GrpcSettings | None:

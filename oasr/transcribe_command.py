@@ -96,6 +96,7 @@ def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True,
         lexicon=args.lexicon, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
         hotwords=parse_hotwords(args.hotwords) if args.hotwords else (), decoding_graph=args.decoding_graph,
         rescore_weight=args.rescore_weight,
+        punctuate=args.punctuate,
     )
 
 
@@ -374,4 +375,14 @@ def _streamed(args: argparse.Namespace, loaded, paths: list[Path]):
     options = StreamTranscribeOptions(chunk_ms=args.chunk_ms, language=args.language,
                                       endpointing=EndpointConfig() if args.endpointing else None,
                                       final_model=args.final_model)
-    return StreamTranscriber(loaded, options).run(paths)
+    results = StreamTranscriber(loaded, options).run(paths)
+    return _punctuated(args.punctuate, loaded, results) if args.punctuate else results
+
+
+def _punctuated(folder: str, loaded, results):
+    """Streamed files' final transcripts with punctuation added (--punctuate), checked and loaded before the first."""
+    from oasr.models.capabilities import capabilities_of
+    from oasr.transcription.punctuation import punctuator_for
+
+    punctuator = punctuator_for(folder, capabilities_of(type(loaded.model)), loaded.name, str(loaded.device))
+    return (punctuator.transcriptions([result])[0] for result in results)

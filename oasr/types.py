@@ -166,6 +166,9 @@ class TranscribeOptions:
     hotwords: tuple[Hotword, ...] = ()  # see DecodeOptions
     decoding_graph: str | None = None  # see DecodeOptions: CTC models
     rescore_weight: float | None = None  # see DecodeOptions: CTC + attention models
+    # A punctuation model folder (FunASR's CT-Transformer) whose marks are added to each result after decoding,
+    # for models that write no punctuation (``oasr.transcription.punctuation``).
+    punctuate: str | None = None
 
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)

@@ -63,6 +63,10 @@ class ModelCapabilities:
     # tokenizer reads from a finished request's tokens (``audio_tags(token_ids) -> {kind: tag}``); the server
     # reports them as fields of verbose_json.
     audio_tags: bool = False
+    # The model's text carries punctuation (and capitals) of its own. A model that writes none (FunASR's Paraformer
+    # families) may have it added after decoding by a punctuator (``--punctuate``, ``oasr.models.punctuation``);
+    # one that writes its own is refused one.
+    writes_punctuation: bool = True
     # The longest audio one request holds, in seconds; None: the feature extractor's window (Whisper's 30 s).
     window_seconds: float | None = None
     # Which norms feed which GEMMs (module paths, ``*`` for a layer index), for SmoothQuant; empty: the model's

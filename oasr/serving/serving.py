@@ -44,6 +44,7 @@ from oasr.transcription.spans import Span, SpanPlanner, long_audio_detector, to_
 from oasr.engine.request import RequestOutput
 from oasr.transcription.parallel import CoverPlan, cover_plan
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
+from oasr.transcription.punctuation import punctuator_for
 from oasr.transcription.words import alignment_rows
 from oasr.errors import AudioDecodeError, AudioTooLongError, UnsupportedOptionError
 from oasr.serving.admission import Admission, ClientCaps, Ticket, busy
@@ -148,6 +149,7 @@ class OpenAIServingTranscription:
         # Offline's cut: fixed windows, or quiet points for decoders without timestamps (the energy detector runs
         # on numpy-sized work here, beside the upload decoding).
         self.span_planner = SpanPlanner(long_audio_detector(engine.capabilities, None), engine.window_samples)
+        self.punctuator = punctuator_for(settings.punctuate, engine.capabilities, settings.served_model_name)
 
     @property
     def healthy(self) -> bool:
@@ -356,6 +358,7 @@ class OpenAIServingTranscription:
             windows = decode.results()
             if words and self.engine.supports_word_timestamps:
                 windows = await self._aligned(windows, decode.windows, options.task, deadline)
+            windows = await self._punctuated(windows)
             duration_s = audio_duration(audio)
             self.metrics.total_seconds.observe(time.perf_counter() - ticket.admitted_at)
             self.metrics.audio_seconds.inc(duration_s)
@@ -431,12 +434,25 @@ class OpenAIServingTranscription:
         windows = decode.results()
         if job.aligns_words:
             windows = await self._with_words(job, windows, decode.windows)
-        return self._result(job, windows)
+        return self._result(job, await self._punctuated(windows))
 
     async def _with_words(self, job: TranscriptionJob, windows: list[DecodedWindow],
                           audio: list[np.ndarray]) -> list[DecodedWindow]:
         """The windows with their words, aligned by the engine within the request's deadline."""
         return await self._aligned(windows, audio, job.task, job.deadline)
+
+    async def _punctuated(self, windows: list[DecodedWindow]) -> list[DecodedWindow]:
+        """The windows with --punctuate's punctuation carried onto their texts and words (unchanged without it);
+        the model runs on a worker thread, beside the event loop."""
+        if self.punctuator is None:
+            return windows
+        return await asyncio.to_thread(self.punctuator.windows, windows)
+
+    async def punctuated_text(self, text: str) -> str:
+        """A realtime turn's completed transcript with --punctuate's punctuation (unchanged without it)."""
+        if self.punctuator is None:
+            return text
+        return await asyncio.to_thread(self.punctuator.text, text)
 
     async def _aligned(self, windows: list[DecodedWindow], audio: list[np.ndarray], task: Task,
                        deadline: float) -> list[DecodedWindow]:
@@ -489,7 +505,7 @@ class OpenAIServingTranscription:
             windows = decode.results()
             if job.aligns_words:
                 windows = await self._with_words(job, windows, decode.windows)
-            result = self._result(job, windows)
+            result = self._result(job, await self._punctuated(windows))
             if speakers is not None:
                 for segment in diarized_segments(speaker_turns(result.transcription.segments, await speakers)):
                     yield sse_data(segment)

@@ -107,6 +107,9 @@ class ServerSettings:
     # The diarization checkpoint /v1/audio/diarization runs (None: that route answers 404), and its device.
     diarization_model: str | None = None
     diarization_device: str = "auto"
+    # --punctuate: a FunASR CT-Transformer folder whose punctuation is added to the answers of a model that writes
+    # none, in each HTTP worker on its CPU (None: answers as decoded)
+    punctuate: str | None = None
     grpc: GrpcSettings | None = None  # None: no gRPC service
 
     def __post_init__(self) -> None:

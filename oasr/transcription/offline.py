@@ -24,6 +24,7 @@ from oasr.audio import SAMPLE_RATE, audio_duration, load_audio
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.transcription.parallel import CoverPlan, WindowCover, cover_plan, window_covers
+from oasr.transcription.punctuation import TranscriptPunctuator, punctuator_for
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
 from oasr.transcription.sequential import SequentialTranscriber
 from oasr.errors import AudioDecodeError, UnsupportedOptionError
@@ -100,6 +101,10 @@ class OfflineTranscriber:
         self.long_form_timestamps = self._serves_timestamps()
         detector = long_audio_detector(capabilities_of(type(loaded.model)), options.vad)
         self.span_planner = SpanPlanner(detector, self.window, loaded.device)
+        # punctuation added after decoding (``TranscribeOptions.punctuate``), beside the model on its device
+        self.punctuator: TranscriptPunctuator | None = punctuator_for(
+            options.punctuate, capabilities_of(type(loaded.model)), loaded.name, str(loaded.device),
+            punctuation=options.punctuation)
 
     def spans(self, samples: np.ndarray) -> list[Span]:
         """Where to cut one input (``SpanPlanner``)."""
@@ -125,7 +130,9 @@ class OfflineTranscriber:
         ``on_progress`` hears of each input's audio when it is decoded and of each window when it is covered."""
         if self.options.long_form == "sequential":
             decoded = ((index, name, samples) for index, name, samples, _ in self._decoded(inputs))
-            yield from SequentialTranscriber(self.loaded, self.engine, self.options).run(decoded, on_progress)
+            results = SequentialTranscriber(self.loaded, self.engine, self.options).run(decoded, on_progress)
+            for result in results:
+                yield self.punctuator.transcriptions([result])[0] if self.punctuator else result
             return
         order: deque[_Pending | Transcription] = deque()
         by_id: dict[str, WindowCover] = {}
@@ -192,6 +199,8 @@ class OfflineTranscriber:
         windows = [cover.result() for cover in pending.covers]
         if self.options.word_timestamps:
             windows = self._with_words(windows, pending.audio)
+        if self.punctuator is not None:
+            windows = self.punctuator.windows(windows)
         return assemble(pending.source, pending.duration_s, windows)
 
     def _with_words(self, windows: list[DecodedWindow], audio: list[np.ndarray]) -> list[DecodedWindow]:

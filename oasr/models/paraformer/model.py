@@ -28,7 +28,7 @@ class Paraformer(FrameSyncModel):
     feature_extractor = "funasr_fbank"
     tokenizer = "funasr_tokens"
     capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("cif_greedy",), word_timing=True,
-                                     aligner="cif")
+                                     aligner="cif", writes_punctuation=False)
     tied_keys: ClassVar[dict[str, str]] = {}
 
     def __init__(self, config: ParaformerConfig) -> None:

@@ -46,7 +46,7 @@ class ParaformerStreaming(Paraformer):
     inference, and its full-context encoder pass is not what the chunked checkpoint was trained for."""
 
     capabilities = ModelCapabilities(runner="frame_sync", decode_strategies=("cif_greedy",),
-                                     streaming="paraformer_chunked")
+                                     streaming="paraformer_chunked", writes_punctuation=False)
     chunk = ChunkConfig()  # FunASR's example setting; a stream may be opened with another
 
     def encode(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:

@@ -541,6 +541,7 @@ class RealtimeConnection:
             if failure is not None:
                 await self.send(TranscriptFailedEvent(item_id=live.item_id, error=self._stream_error(failure)))
                 return
+            transcript = await self.serving.punctuated_text(transcript)  # deltas went out as decoded
             await self._send_speakers(live.item_id, committed.audio, (), transcript)
             await self.send(TranscriptCompletedEvent(item_id=live.item_id, transcript=transcript,
                                                      usage=DurationUsage(seconds=round(committed.duration_s, 3))))
