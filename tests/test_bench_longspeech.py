@@ -5,63 +5,49 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from oasr.bench.longspeech import (
     TOKENS_PER_30S,
     WINDOW_SAMPLES,
-    OasrLongForm,
-    PeerLongForm,
     Timed,
     Workload,
     build_workload,
     encoder_flops,
+    main,
     parse_args,
     report,
     token_counts_from_manifest,
 )
-from oasr.bench.random_model import WHISPER_SHAPES, random_whisper
-from oasr.models.embedded import resolve_embedded
+from oasr.bench.random_model import WHISPER_SHAPES
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    tokenizer_file = resolve_embedded("base").directory / "tokenizer.json"
-    loaded, state = random_whisper("whisper-tiny", device=torch.device("cpu"), dtype=torch.float32,
-                                   tokenizer_file=tokenizer_file)
-    return loaded, state, tokenizer_file
+def test_both_sides_decode_each_windows_token_count_through_the_whole_bench(capsys):
+    # Seed 2 draws (3, 7) and (7, 3) for the two recordings' windows: the counts differ within a recording, and
+    # transformers' first batch of 3 holds windows of both recordings, of different counts.
+    assert build_workload(2, 1.0, (3, 7), seed=2).lengths == ((3, 7), (7, 3))
+    assert main(["--arch", "tiny", "--device", "cpu", "--dtype", "float32", "--recordings", "2", "--minutes", "1",
+                 "--token-counts", "3", "7", "--seed", "2", "--peer-batch-sizes", "3", "--rounds", "1",
+                 "--batch-size", "4"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["arch"] == "tiny" and out["token_counts_source"] == "--token-counts"
+    assert out["audio_seconds"] == 120.0 and out["num_windows"] == 4 and out["tokens_expected"] == 20
+    assert out["oasr_counts_match"] and out["transformers_counts_match"]
+    assert out["oasr"]["tokens_decoded"] == out["transformers"]["tokens_decoded"] == 20
+    assert out["transformers"]["batch_size"] == 3 and list(out["transformers"]["rounds_by_batch"]) == ["3"]
+    ours, theirs = out["oasr"]["seconds"], out["transformers"]["seconds"]
+    assert out["oasr"]["rtfx"] == pytest.approx(120.0 / ours, abs=0.06)
+    assert out["rtfx_ratio"] == pytest.approx(theirs / ours, rel=0.01, abs=0.006)
+    encoder = out["oasr_encoder"]
+    assert encoder["tflop_per_window"] == pytest.approx(0.037, abs=0.001)  # tiny: 4 layers of 384 over 1500 frames
+    tflops = 4 * encoder["tflop_per_window"] / encoder["one_token_seconds"]
+    assert encoder["tflops_at_least"] == pytest.approx(tflops, abs=0.06)
+    assert encoder["share_of_fp16_dense"] == pytest.approx(tflops / 790, abs=0.001)
 
 
 def _workload() -> Workload:
-    # A recording of two windows and one of one, each window with its own count: a peer batch of 2 holds windows
-    # of both recordings, and OASR's long-form path cuts the first recording in two.
     rng = np.random.default_rng(1)
     recordings = tuple((0.05 * rng.standard_normal(n * WINDOW_SAMPLES)).astype(np.float32) for n in (2, 1))
     return Workload(recordings, ((3, 7), (5,)))
-
-
-def test_both_sides_decode_each_windows_token_count_and_the_report_says_so(tiny):
-    from oasr.engine.config import EngineConfig
-
-    loaded, state, tokenizer_file = tiny
-    workload = _workload()
-    ours = OasrLongForm(loaded, batch_size=4, config=EngineConfig())
-    peer = PeerLongForm(loaded, state, tokenizer_file)
-    our_seconds, our_counts = ours.run(workload)
-    peer_seconds, peer_counts = peer.run(workload, batch_size=2)
-    assert our_counts == [3, 7, 5]
-    assert peer_counts == [3, 7, 5]
-
-    out = report({"arch": "tiny"}, workload, Timed((our_seconds,), our_counts),
-                 {2: Timed((peer_seconds,), peer_counts)})
-    json.dumps(out)  # what main prints
-    assert out["audio_seconds"] == 90.0 and out["num_windows"] == 3 and out["tokens_expected"] == 15
-    assert out["oasr"]["tokens_decoded"] == out["transformers"]["tokens_decoded"] == 15
-    assert out["oasr_counts_match"] and out["transformers_counts_match"]
-    assert out["transformers"]["batch_size"] == 2
-    assert out["oasr"]["rtfx"] == round(90.0 / our_seconds, 1)
-    assert out["transformers"]["rtfx"] == round(90.0 / peer_seconds, 1)
-    assert out["rtfx_ratio"] == round(peer_seconds / our_seconds, 2)
 
 
 def test_report_flags_a_side_that_decoded_other_counts():
