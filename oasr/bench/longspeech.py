@@ -250,6 +250,8 @@ class PeerLongForm:
 
         rows = kwargs["input_features"].shape[0]
         lengths, self._pending = self._pending[:rows], self._pending[rows:]
+        if len(lengths) < rows:
+            raise RuntimeError("transformers' pipeline cut more windows than the workload has")
         kwargs["logits_processor"] = LogitsProcessorList([WindowLengths(lengths, self.eot, self.device)])
         out = self._generate(*args, **kwargs)
         sequences = out["sequences"] if isinstance(out, dict) else out
