@@ -89,6 +89,46 @@ def test_the_streaming_engine_gives_funasrs_partials_chunk_by_chunk(loaded) -> N
             [t for ids in feed(loaded, audio, PIECE) for t in ids])
 
 
+def test_streams_stepped_together_decide_what_each_decides_alone(loaded) -> None:
+    # Five streams of different audio, opened at different ticks: a step batches streams still filling their
+    # look-back with ones past it, and streams closing (one in a tail step) with ones going on.
+    audio = clips()
+    streams = [audio[0], audio[1], audio[2], audio[0][4321:], audio[2][: len(audio[2]) // 2]]
+    starts = [0, 1, 2, 2, 3]
+    alone = [feed(loaded, samples, PIECE) for samples in streams]
+    engine = StreamingEngine(loaded)
+    batch_sizes: list[int] = []
+    step = engine.runtime.step
+
+    def counted(batch, windows):
+        batch_sizes.append(len(batch.rows))
+        return step(batch, windows)
+
+    engine.runtime.step = counted
+    ids: dict[int, str] = {}
+    together: list[list[list[int]]] = [[] for _ in streams]
+    for tick in range(max(s + len(a) for s, a in zip(starts, alone, strict=True))):
+        for index, (samples, start) in enumerate(zip(streams, starts, strict=True)):
+            parts = pieces(samples, PIECE)
+            if not start <= tick < start + len(parts):
+                continue
+            if tick == start:
+                ids[index] = engine.open(StreamOptions())
+            engine.push(ids[index], parts[tick - start])
+            if tick - start == len(parts) - 1:
+                engine.close(ids[index])
+        new: dict[str, list[int]] = {stream_id: [] for stream_id in ids.values()}
+        while engine.has_ready_work():
+            for event in engine.step().events:
+                new[event.stream_id] += event.new_token_ids
+        for index, (samples, start) in enumerate(zip(streams, starts, strict=True)):
+            if start <= tick < start + len(alone[index]):
+                together[index].append(new[ids[index]])
+    assert together == alone
+    assert max(batch_sizes) == len(streams)  # all five were stepped in one batch at some point
+    assert sum(1 for ids_ in (t for a in alone for t in a) if ids_) >= 10  # the streams decided tokens
+
+
 def test_pieces_of_any_length_decide_the_same_tokens(loaded) -> None:
     # The stream keeps what is short of a whole 600 ms step until more arrives, as FunASR's cache does.
     audio = clips()[0]
