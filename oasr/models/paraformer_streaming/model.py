@@ -195,9 +195,10 @@ class ParaformerStreaming(Paraformer):
         if not rows:
             return Fired(embeds.new_zeros(0, 0, depth), [], [], [])
         longest = max(counts)
-        at = torch.tensor([p + [p[-1]] * (longest - len(p)) for p in places], device=hidden.device)
-        picked = embeds[torch.tensor(rows, device=hidden.device)[:, None], at]  # [F, L, D]
-        real = torch.arange(longest, device=hidden.device)[None, :] < torch.tensor(counts, device=hidden.device)[:, None]
+        device = hidden.device
+        at = torch.tensor([p + [p[-1]] * (longest - len(p)) for p in places], device=device)
+        picked = embeds[torch.tensor(rows, device=device)[:, None], at]  # [F, L, D]
+        real = torch.arange(longest, device=device)[None, :] < torch.tensor(counts, device=device)[:, None]
         # Place 0 is the carried integrate, then the overlap frames, then the step's new ones.
         shift = 1 + chunk.overlap_frames
         return Fired(picked * real[:, :, None], rows, counts, [[t - shift for t in p] for p in places])
