@@ -88,21 +88,27 @@ class ParaformerStreaming(Paraformer):
 
     def cif_logits(self, hidden: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, T, input_size] whole inputs; lengths: [B] -> (logits [B, L, vocab], token counts [B]):
-        each row walked chunk by chunk as a stream whose last chunk is final. FunASR cuts a stream by samples,
-        so one that ends less than 60 ms past a whole chunk gets a tail step there (re-encoding the last
-        overlap) where this walk encodes the last frames: the tokens can differ at that very end."""
+        each row walked chunk by chunk as a stream whose last chunk is final, the rows' chunks stepped together.
+        FunASR cuts a stream by samples, so one that ends less than 60 ms past a whole chunk gets a tail step
+        there (re-encoding the last overlap) where this walk encodes the last frames: the tokens can differ at
+        that very end."""
         size = self.chunk.chunk_size[1]
-        rows = []
-        for row, length in zip(hidden, lengths.tolist(), strict=True):
-            slots, logits = StreamSlots(self, self.chunk, 1), []
-            for start in range(0, max(length, 1), size):
-                batch = slots.gather([0])
-                out = self.step_chunk(row[None, start: min(start + size, length)], batch, self.chunk, tail=False,
-                                      final=start + size >= length)
-                slots.scatter([0], batch)
-                if out.logits is not None:
-                    logits.append(out.logits[0, : out.fired.counts[0]])
-            rows.append(torch.cat(logits) if logits else hidden.new_zeros(0, self.config.vocab_size))
+        lengths_ = lengths.tolist()
+        slots = StreamSlots(self, self.chunk, len(lengths_))
+        pieces: list[list[torch.Tensor]] = [[] for _ in lengths_]
+        for start in range(0, max([*lengths_, 1]), size):
+            shapes: dict[tuple[int, bool], list[int]] = {}  # (new frames, final) -> the rows
+            for row, length in enumerate(lengths_):
+                if start < max(length, 1):
+                    shapes.setdefault((min(start + size, length) - start, start + size >= length), []).append(row)
+            for (num_frames, final), members in shapes.items():
+                batch = slots.gather(members)
+                out = self.step_chunk(hidden[members, start: start + num_frames], batch, self.chunk, tail=False,
+                                      final=final)
+                slots.scatter(members, batch)
+                for row, count in zip(out.fired.rows, out.fired.counts, strict=True):
+                    pieces[members[row]].append(out.logits[row, :count])
+        rows = [torch.cat(p) if p else hidden.new_zeros(0, self.config.vocab_size) for p in pieces]
         counts = torch.tensor([len(r) for r in rows], device=hidden.device)
         return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True), counts
 
