@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from oasr.cli import main
 from oasr.engine.streams import StreamingEngine
@@ -127,6 +128,24 @@ def test_streams_stepped_together_decide_what_each_decides_alone(loaded) -> None
     assert together == alone
     assert max(batch_sizes) == len(streams)  # all five were stepped in one batch at some point
     assert sum(1 for ids_ in (t for a in alone for t in a) if ids_) >= 10  # the streams decided tokens
+
+
+def test_fbank_calls_padded_to_buckets_give_the_same_frames(loaded) -> None:
+    # On CUDA a step's fbank call is padded to a power-of-two of rows and a multiple of 64 frames (so cuFFT plans
+    # repeat); the padding must not reach any stream's frames.
+    from oasr.models.paraformer_streaming.frontend import OnlineFrontend, lfr_features
+
+    frontends = [OnlineFrontend(loaded.features) for _ in range(3)]
+    for step in range(3):
+        works = []
+        for index, (frontend, audio) in enumerate(zip(frontends, clips(), strict=True)):
+            frontend.push(audio[step * PIECE: (step + 1) * PIECE])
+            works.append(frontend.plan(final=step == 2 and index == 1))  # one stream closes early
+        exact = lfr_features(loaded.features, works, torch.device("cpu"), bucketed=False)
+        padded = lfr_features(loaded.features, works, torch.device("cpu"), bucketed=True)
+        assert [len(f) for f in exact] == [len(f) for f in padded] and all(len(f) for f in exact)
+        for a, b in zip(exact, padded, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 def test_pieces_of_any_length_decide_the_same_tokens(loaded) -> None:

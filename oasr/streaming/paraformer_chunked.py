@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from oasr.models.paraformer_streaming.frontend import OnlineFrontend
+from oasr.models.paraformer_streaming.frontend import OnlineFrontend, warm_fbank
 from oasr.models.paraformer_streaming.state import StreamSlots
 from oasr.models.paraformer_streaming.stream import StepRow, step_streams
 from oasr.streaming import STREAMING_RUNTIMES
@@ -89,6 +89,10 @@ class ParaformerChunkedRuntime:
         pays for the kernels' first use or the slots' allocation."""
         slots = self._slots_for(lookahead)
         rows = list(range(min(max_rows, self.num_slots)))
+        # A closing stream's last step makes at most a chunk and one frame, K LFR frames reading (K - 1) * lfr_n
+        # + lfr_m fbank frames.
+        c = self.loaded.features.config
+        warm_fbank(self.loaded.features, len(rows), (lookahead + 1) * c.lfr_n + c.lfr_m, self.device)
         slots.open(rows)
         frontends = [OnlineFrontend(self.loaded.features) for _ in rows]
         silence = np.zeros((lookahead + 1) * self.hop, dtype=np.float32)

@@ -32,29 +32,63 @@ class FbankWork:
         return len(self.taps)
 
 
-def lfr_features(fbank: FunasrFbank, works: list[FbankWork], device: torch.device) -> list[torch.Tensor]:
-    """Each work's LFR frames, [K, lfr_m * n_mels] after CMVN: works of one shape in one fbank call (a step's
-    streams mostly share theirs), each frame computed from its own samples as alone."""
+# cuFFT makes a plan for each batch shape it transforms, and the first use of a shape can cost far more than a
+# step; a step's streams vary in number and in fbank frames, so on CUDA a call's rows are padded to a power of two
+# and its frames to a multiple of this, shapes ``warm_fbank`` makes once before any stream.
+FRAMES_BUCKET = 64
+
+
+def fbank_shape(num_rows: int, num_fbank: int, bucketed: bool) -> tuple[int, int]:
+    """The (rows, fbank frames) an fbank call of ``num_rows`` works of ``num_fbank`` frames computes."""
+    if not bucketed:
+        return num_rows, num_fbank
+    return 1 << max(num_rows - 1, 0).bit_length(), -(-num_fbank // FRAMES_BUCKET) * FRAMES_BUCKET
+
+
+def lfr_features(fbank: FunasrFbank, works: list[FbankWork], device: torch.device,
+                 bucketed: bool | None = None) -> list[torch.Tensor]:
+    """Each work's LFR frames, [K, lfr_m * n_mels] after CMVN: works of one fbank shape in one call (a step's
+    streams mostly share theirs), each frame computed from its own samples as alone; ``bucketed``: calls padded
+    to ``fbank_shape``'s buckets (None: on CUDA)."""
     c = fbank.config
+    bucketed = device.type == "cuda" if bucketed is None else bucketed
     shift, scale = c.cmvn_shift or (0.0,), c.cmvn_scale or (1.0,)
     cmvn = torch.tensor([shift[: c.feature_size], scale[: c.feature_size]], dtype=torch.float32).to(device)
-    out: list[torch.Tensor | None] = [None] * len(works)
-    shapes: dict[tuple[int, int, int], list[int]] = {}
+    out = [torch.zeros(0, c.feature_size, device=device) for _ in works]
+    shapes: dict[int, list[int]] = {}  # fbank frames computed -> the works
     for index, work in enumerate(works):
-        shapes.setdefault((len(work.audio), work.num_fbank, work.num_frames), []).append(index)
-    for (_, num_fbank, num_frames), indices in shapes.items():
-        if num_frames == 0:
-            for index in indices:
-                out[index] = torch.zeros(0, c.feature_size, device=device)
-            continue
-        audio = torch.from_numpy(np.stack([works[i].audio for i in indices])).to(device)
-        frames = fbank.fbank(audio, num_fbank)  # [G, num_fbank, n_mels]
-        taps = torch.from_numpy(np.stack([works[i].taps for i in indices]).reshape(len(indices), -1)).to(device)
-        stacked = frames[torch.arange(len(indices), device=device)[:, None], taps]
-        stacked = (stacked.reshape(len(indices), num_frames, -1) + cmvn[0]) * cmvn[1]
+        if work.num_frames:
+            shapes.setdefault(fbank_shape(1, work.num_fbank, bucketed)[1], []).append(index)
+    for num_fbank, indices in shapes.items():
+        num_rows, num_fbank = fbank_shape(len(indices), num_fbank, bucketed)
+        audio = np.zeros((num_rows, (num_fbank - 1) * c.hop_length + c.win_length), dtype=np.float32)
+        longest = max(works[i].num_frames for i in indices)
+        taps = np.zeros((len(indices), longest, works[indices[0]].taps.shape[1]), dtype=np.int64)
         for row, index in enumerate(indices):
-            out[index] = stacked[row]
+            audio[row, : len(works[index].audio)] = works[index].audio
+            taps[row, : works[index].num_frames] = works[index].taps
+        frames = fbank.fbank(torch.from_numpy(audio).to(device), num_fbank)  # [rows, num_fbank, n_mels]
+        at = torch.from_numpy(taps.reshape(len(indices), -1)).to(device)
+        stacked = frames[torch.arange(len(indices), device=device)[:, None], at]
+        stacked = (stacked.reshape(len(indices), longest, -1) + cmvn[0]) * cmvn[1]
+        for row, index in enumerate(indices):
+            out[index] = stacked[row, : works[index].num_frames]
     return out
+
+
+def warm_fbank(fbank: FunasrFbank, max_rows: int, max_fbank: int, device: torch.device) -> None:
+    """Every fbank shape ``lfr_features`` can compute for up to ``max_rows`` works of up to ``max_fbank`` frames,
+    once (on CUDA; elsewhere no shape costs more the first time)."""
+    if device.type != "cuda":
+        return
+    c = fbank.config
+    most_rows, most_frames = fbank_shape(max_rows, max_fbank, True)
+    for num_fbank in range(FRAMES_BUCKET, most_frames + 1, FRAMES_BUCKET):
+        num_rows = 1
+        while num_rows <= most_rows:
+            samples = (num_fbank - 1) * c.hop_length + c.win_length
+            fbank.fbank(torch.zeros(num_rows, samples, device=device), num_fbank)
+            num_rows *= 2
 
 
 class OnlineFrontend:
