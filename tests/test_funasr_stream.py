@@ -148,6 +148,18 @@ def test_fbank_calls_padded_to_buckets_give_the_same_frames(loaded) -> None:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
+def test_the_unfolded_depthwise_convolution_equals_the_fsmn_module(loaded) -> None:
+    # Off the CPU the FSMN memories are computed as windows times taps (no cuDNN plan per shape): the same values.
+    from oasr.models.paraformer_streaming.layers import depthwise
+
+    torch.manual_seed(0)
+    model = loaded.model
+    for conv in (model.encoder.encoders[0].self_attn.fsmn_block, model.decoder.decoders[0].self_attn.fsmn_block):
+        x = torch.randn(3, conv.weight.shape[0], 17)
+        torch.testing.assert_close(depthwise(conv, x, unfolded=True), conv(x), rtol=1e-5, atol=1e-5)
+        assert depthwise(conv, x).equal(conv(x))  # on the CPU: the module itself
+
+
 def test_pieces_of_any_length_decide_the_same_tokens(loaded) -> None:
     # The stream keeps what is short of a whole 600 ms step until more arrives, as FunASR's cache does.
     audio = clips()[0]

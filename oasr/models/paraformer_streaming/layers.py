@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from oasr.models.paraformer.decoder import CrossAttention, DecoderLayer
 from oasr.models.paraformer.sanm import SANMAttention, SANMEncoderLayer
@@ -40,6 +42,20 @@ def key_mask(lengths: np.ndarray, cached: int, num_new: int, device: torch.devic
     return torch.cat([real, real.new_ones(len(lengths), num_new)], dim=1)
 
 
+def depthwise(conv: nn.Conv1d, x: torch.Tensor, *, unfolded: bool | None = None) -> torch.Tensor:
+    """An FSMN's depthwise convolution (no padding, no bias): x [B, D, S] -> [B, D, S - kernel + 1].
+
+    Off the CPU (``unfolded`` None) it is computed as windows times taps, summed in float32, not by cuDNN: cuDNN
+    9.10 and later compile a depthwise plan at run time for each new input shape (hundreds of milliseconds), and
+    a step's shapes change with its number of streams and of tokens fired. On the CPU it is the module's own
+    convolution, FunASR's arithmetic."""
+    if not (x.device.type != "cpu" if unfolded is None else unfolded):
+        return conv(x)
+    taps = conv.weight[:, 0].float()  # [D, kernel]
+    windows = x.float().unfold(2, taps.shape[1], 1)  # [B, D, S - kernel + 1, kernel]
+    return (windows * taps[:, None, :]).sum(dim=-1).to(x.dtype)
+
+
 def sinusoid_rows(first: np.ndarray, num_frames: int, depth: int, device: torch.device, dtype: torch.dtype
                   ) -> torch.Tensor:
     """FunASR's ``SinusoidalPositionEncoder`` for each row from its own position ``first[b]``: [B, K, depth]
@@ -58,7 +74,8 @@ def encoder_layer_chunk(layer: SANMEncoderLayer, x: torch.Tensor, kv: tuple[torc
     ``width`` columns with the step's first ``keep`` keys added)."""
     attn: SANMAttention = layer.self_attn
     q, k, v = attn.linear_q_k_v(layer.norm1(x)).chunk(3, dim=-1)
-    memory = attn.fsmn(v, torch.ones_like(v[:, :, :1]))
+    # The FSMN memory over the step's frames alone: SANMAttention.fsmn with every frame real.
+    memory = depthwise(attn.fsmn_block, F.pad(v.transpose(1, 2), attn.padding)).transpose(1, 2) + v
     q, k_h, v_h = (split_heads(t, attn.heads) for t in (q, k, v))
     stride = (k_h[:, :, :keep], v_h[:, :, :keep])
     if kv is not None:
@@ -102,7 +119,7 @@ def fsmn_chunk(memory, inputs: torch.Tensor, tokens: torch.Tensor, counts: torch
     right = memory.padding[1]
     rows, length, depth = inputs.shape
     seq = torch.cat([state, (inputs * tokens).transpose(1, 2), inputs.new_zeros(rows, depth, right)], dim=2)
-    out = memory.fsmn_block(seq)  # [F, D, L + right]
+    out = depthwise(memory.fsmn_block, seq)  # [F, D, L + right]
     offset = torch.where(started, 0, right)
     at = offset[:, None] + torch.arange(length, device=inputs.device)
     picked = out.gather(2, at[:, None, :].expand(rows, depth, length))
