@@ -148,9 +148,10 @@ def test_fbank_calls_padded_to_buckets_give_the_same_frames(loaded) -> None:
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-def test_the_unfolded_depthwise_convolution_equals_the_fsmn_module(loaded) -> None:
-    # Off the CPU the FSMN memories are computed as windows times taps (no cuDNN plan per shape): the same values.
-    from oasr.models.paraformer_streaming.layers import depthwise
+def test_the_unfolded_convolutions_equal_the_modules(loaded) -> None:
+    # Off the CPU the FSMN memories and the CIF's convolution are computed as windows times taps (no cuDNN plan
+    # per shape): the same values.
+    from oasr.models.paraformer_streaming.layers import cif_weights, depthwise
 
     torch.manual_seed(0)
     model = loaded.model
@@ -158,6 +159,9 @@ def test_the_unfolded_depthwise_convolution_equals_the_fsmn_module(loaded) -> No
         x = torch.randn(3, conv.weight.shape[0], 17)
         torch.testing.assert_close(depthwise(conv, x, unfolded=True), conv(x), rtol=1e-5, atol=1e-5)
         assert depthwise(conv, x).equal(conv(x))  # on the CPU: the module itself
+    hidden = torch.randn(3, 15, model.predictor.config.idim)
+    torch.testing.assert_close(cif_weights(model.predictor, hidden, unfolded=True),
+                               cif_weights(model.predictor, hidden), rtol=1e-5, atol=1e-6)
 
 
 def test_pieces_of_any_length_decide_the_same_tokens(loaded) -> None:

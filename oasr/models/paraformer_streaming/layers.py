@@ -56,6 +56,22 @@ def depthwise(conv: nn.Conv1d, x: torch.Tensor, *, unfolded: bool | None = None)
     return (windows * taps[:, None, :]).sum(dim=-1).to(x.dtype)
 
 
+def cif_weights(predictor, hidden: torch.Tensor, *, unfolded: bool | None = None) -> torch.Tensor:
+    """The CIF predictor's weights over whole rows (``CifPredictor.weights`` with every frame real): hidden
+    [B, T, D] -> alphas [B, T] float32. Off the CPU (``unfolded`` None) its convolution is windows times the
+    kernel as one matrix product, for the reason ``depthwise`` gives."""
+    c = predictor.config
+    if not (hidden.device.type != "cpu" if unfolded is None else unfolded):
+        return predictor.weights(hidden, torch.full((hidden.shape[0],), hidden.shape[1], device=hidden.device))
+    conv = predictor.cif_conv1d
+    context = F.pad(hidden.transpose(1, 2), (c.l_order, c.r_order))  # [B, D, T + l + r]
+    windows = context.unfold(2, conv.weight.shape[2], 1).transpose(1, 2)  # [B, T, D, kernel]
+    flat = windows.reshape(*windows.shape[:2], -1)
+    output = torch.relu(flat @ conv.weight.reshape(conv.weight.shape[0], -1).T + conv.bias)
+    alphas = torch.sigmoid(predictor.cif_output(output).float()).squeeze(-1)
+    return torch.relu(alphas * c.smooth_factor - c.noise_threshold)
+
+
 def sinusoid_rows(first: np.ndarray, num_frames: int, depth: int, device: torch.device, dtype: torch.dtype
                   ) -> torch.Tensor:
     """FunASR's ``SinusoidalPositionEncoder`` for each row from its own position ``first[b]``: [B, K, depth]

@@ -36,6 +36,7 @@ from oasr.models.capabilities import ModelCapabilities
 from oasr.models.paraformer.model import Paraformer
 from oasr.models.paraformer_streaming.config import ChunkConfig
 from oasr.models.paraformer_streaming.layers import (
+    cif_weights,
     decoder_layer_chunk,
     encoder_layer_chunk,
     integrate_rows,
@@ -180,9 +181,8 @@ class ParaformerStreaming(Paraformer):
         rows fired decides the decoder's batch)."""
         c = self.config.predictor
         left, size, _ = chunk.chunk_size
-        num_rows, num_frames, depth = hidden.shape
-        lengths = torch.full((num_rows,), num_frames, device=hidden.device)
-        alphas = self.predictor.weights(hidden, lengths)
+        num_rows, _, depth = hidden.shape
+        alphas = cif_weights(self.predictor, hidden)
         alphas[:, :left] = 0.0
         if not final:
             alphas[:, left + size:] = 0.0
