@@ -28,7 +28,7 @@ from oasr.models.paraformer_streaming.stream import StepRow, step_streams
 from oasr.streaming import STREAMING_RUNTIMES
 from oasr.streaming.audio import StreamAudio
 from oasr.streaming.geometry import StreamGeometry
-from oasr.streaming.scheduler import ChunkBatch, ChunkRow
+from oasr.streaming.scheduler import ChunkBatch
 
 
 class StreamedModel(Protocol):

@@ -51,8 +51,8 @@ class StreamSlots:
         d = model.decoder
         encoder_layers = len(model.encoder.encoders0) + len(model.encoder.encoders)
         heads, size = c.encoder.attention_heads, model.encoder.output_size
-        memory_layers = len(decode_layers(model))
-        kernel = d.decoders[0].self_attn.fsmn_block.kernel_size[0] if len(d.decoders) else 1
+        memory = decode_layers(model)
+        kernel = memory[0].self_attn.fsmn_block.kernel_size[0] if memory else 1
         weight = d.output_layer.weight
         self.chunk = chunk
         self.encoder_width = chunk.encoder_chunk_look_back * chunk.chunk_size[1]
@@ -61,7 +61,7 @@ class StreamSlots:
         self.pool = StreamStatePool((
             StateField("overlap", (chunk.overlap_frames, c.encoder.input_size)),
             StateField("encoder_kv", (encoder_layers, 2, heads, self.encoder_width, size // heads)),
-            StateField("decoder_fsmn", (memory_layers, size, kernel - 1)),
+            StateField("decoder_fsmn", (len(memory), size, kernel - 1)),
             StateField("decoder_kv", (len(d.decoders), 2, cross_heads, self.decoder_width, size // cross_heads)),
         ), num_slots, weight.device, weight.dtype)
         # The CIF's carried weight and frames stay in float32, as the loop that makes them runs.
