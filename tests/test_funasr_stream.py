@@ -130,6 +130,38 @@ def test_streams_stepped_together_decide_what_each_decides_alone(loaded) -> None
     assert sum(1 for ids_ in (t for a in alone for t in a) if ids_) >= 10  # the streams decided tokens
 
 
+def test_a_decoder_reset_in_a_batch_is_the_streams_own(loaded) -> None:
+    # An endpoint resets one stream's decoder (its memory and cross-attention caches masked out from then on)
+    # while the other stream of the batch goes on: each decides what it decides alone with the same reset.
+    from oasr.models.paraformer_streaming.frontend import OnlineFrontend
+    from oasr.models.paraformer_streaming.state import StreamSlots
+    from oasr.models.paraformer_streaming.stream import StepRow, step_streams
+
+    model, audio = loaded.model, clips()[:2]
+    steps = min(len(a) for a in audio) // PIECE
+    alone = []
+    for index, samples in enumerate(audio):
+        stream = model.open_stream(loaded.features)
+        decided = []
+        for step in range(steps):
+            if index == 0 and step == 2:
+                stream.reset_decoder()
+            decided.append(stream.step(samples[step * PIECE: (step + 1) * PIECE], False)[0])
+        alone.append(decided)
+    slots = StreamSlots(model, model.chunk, 2)
+    slots.open([0, 1])
+    frontends = [OnlineFrontend(loaded.features) for _ in audio]
+    together: list[list[list[int]]] = [[], []]
+    for step in range(steps):
+        if step == 2:
+            slots.reset_decoder([0])
+        rows = [StepRow(i, frontends[i], a[step * PIECE: (step + 1) * PIECE], False) for i, a in enumerate(audio)]
+        for index, (ids, _) in enumerate(step_streams(model, slots, rows)):
+            together[index].append(ids)
+    assert together == alone
+    assert all(alone[0][2:]) and alone[0][2:] != [ids for ids in feed(loaded, audio[0], PIECE)[2:steps]]
+
+
 def test_fbank_calls_padded_to_buckets_give_the_same_frames(loaded) -> None:
     # On CUDA a step's fbank call is padded to a power-of-two of rows and a multiple of 64 frames (so cuFFT plans
     # repeat); the padding must not reach any stream's frames.
