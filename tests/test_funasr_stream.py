@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import torch
 
 from oasr.cli import main
 from oasr.engine.streams import StreamingEngine
@@ -87,6 +88,112 @@ def test_the_streaming_engine_gives_funasrs_partials_chunk_by_chunk(loaded) -> N
         assert texts == partials
         assert len(finals) == 1 and finals[0] == loaded.tokenizer.decode(
             [t for ids in feed(loaded, audio, PIECE) for t in ids])
+
+
+def test_streams_stepped_together_decide_what_each_decides_alone(loaded) -> None:
+    # Five streams of different audio, opened at different ticks: a step batches streams still filling their
+    # look-back with ones past it, and streams closing (one in a tail step) with ones going on.
+    audio = clips()
+    streams = [audio[0], audio[1], audio[2], audio[0][4321:], audio[2][: len(audio[2]) // 2]]
+    starts = [0, 1, 2, 2, 3]
+    alone = [feed(loaded, samples, PIECE) for samples in streams]
+    engine = StreamingEngine(loaded)
+    batch_sizes: list[int] = []
+    step = engine.runtime.step
+
+    def counted(batch, windows):
+        batch_sizes.append(len(batch.rows))
+        return step(batch, windows)
+
+    engine.runtime.step = counted
+    ids: dict[int, str] = {}
+    together: list[list[list[int]]] = [[] for _ in streams]
+    for tick in range(max(s + len(a) for s, a in zip(starts, alone, strict=True))):
+        for index, (samples, start) in enumerate(zip(streams, starts, strict=True)):
+            parts = pieces(samples, PIECE)
+            if not start <= tick < start + len(parts):
+                continue
+            if tick == start:
+                ids[index] = engine.open(StreamOptions())
+            engine.push(ids[index], parts[tick - start])
+            if tick - start == len(parts) - 1:
+                engine.close(ids[index])
+        new: dict[str, list[int]] = {stream_id: [] for stream_id in ids.values()}
+        while engine.has_ready_work():
+            for event in engine.step().events:
+                new[event.stream_id] += event.new_token_ids
+        for index, (samples, start) in enumerate(zip(streams, starts, strict=True)):
+            if start <= tick < start + len(alone[index]):
+                together[index].append(new[ids[index]])
+    assert together == alone
+    assert max(batch_sizes) == len(streams)  # all five were stepped in one batch at some point
+    assert sum(1 for ids_ in (t for a in alone for t in a) if ids_) >= 10  # the streams decided tokens
+
+
+def test_a_decoder_reset_in_a_batch_is_the_streams_own(loaded) -> None:
+    # An endpoint resets one stream's decoder (its memory and cross-attention caches masked out from then on)
+    # while the other stream of the batch goes on: each decides what it decides alone with the same reset.
+    from oasr.models.paraformer_streaming.frontend import OnlineFrontend
+    from oasr.models.paraformer_streaming.state import StreamSlots
+    from oasr.models.paraformer_streaming.stream import StepRow, step_streams
+
+    model, audio = loaded.model, clips()[:2]
+    steps = min(len(a) for a in audio) // PIECE
+    alone = []
+    for index, samples in enumerate(audio):
+        stream = model.open_stream(loaded.features)
+        decided = []
+        for step in range(steps):
+            if index == 0 and step == 2:
+                stream.reset_decoder()
+            decided.append(stream.step(samples[step * PIECE: (step + 1) * PIECE], False)[0])
+        alone.append(decided)
+    slots = StreamSlots(model, model.chunk, 2)
+    slots.open([0, 1])
+    frontends = [OnlineFrontend(loaded.features) for _ in audio]
+    together: list[list[list[int]]] = [[], []]
+    for step in range(steps):
+        if step == 2:
+            slots.reset_decoder([0])
+        rows = [StepRow(i, frontends[i], a[step * PIECE: (step + 1) * PIECE], False) for i, a in enumerate(audio)]
+        for index, (ids, _) in enumerate(step_streams(model, slots, rows)):
+            together[index].append(ids)
+    assert together == alone
+    assert all(alone[0][2:]) and alone[0][2:] != [ids for ids in feed(loaded, audio[0], PIECE)[2:steps]]
+
+
+def test_fbank_calls_padded_to_buckets_give_the_same_frames(loaded) -> None:
+    # On CUDA a step's fbank call is padded to a power-of-two of rows and a multiple of 64 frames (so cuFFT plans
+    # repeat); the padding must not reach any stream's frames.
+    from oasr.models.paraformer_streaming.frontend import OnlineFrontend, lfr_features
+
+    frontends = [OnlineFrontend(loaded.features) for _ in range(3)]
+    for step in range(3):
+        works = []
+        for index, (frontend, audio) in enumerate(zip(frontends, clips(), strict=True)):
+            frontend.push(audio[step * PIECE: (step + 1) * PIECE])
+            works.append(frontend.plan(final=step == 2 and index == 1))  # one stream closes early
+        exact = lfr_features(loaded.features, works, torch.device("cpu"), bucketed=False)
+        padded = lfr_features(loaded.features, works, torch.device("cpu"), bucketed=True)
+        assert [len(f) for f in exact] == [len(f) for f in padded] and all(len(f) for f in exact)
+        for a, b in zip(exact, padded, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_the_unfolded_convolutions_equal_the_modules(loaded) -> None:
+    # Off the CPU the FSMN memories and the CIF's convolution are computed as windows times taps (no cuDNN plan
+    # per shape): the same values.
+    from oasr.models.paraformer_streaming.layers import cif_weights, depthwise
+
+    torch.manual_seed(0)
+    model = loaded.model
+    for conv in (model.encoder.encoders[0].self_attn.fsmn_block, model.decoder.decoders[0].self_attn.fsmn_block):
+        x = torch.randn(3, conv.weight.shape[0], 17)
+        torch.testing.assert_close(depthwise(conv, x, unfolded=True), conv(x), rtol=1e-5, atol=1e-5)
+        assert depthwise(conv, x).equal(conv(x))  # on the CPU: the module itself
+    hidden = torch.randn(3, 15, model.predictor.config.idim)
+    torch.testing.assert_close(cif_weights(model.predictor, hidden, unfolded=True),
+                               cif_weights(model.predictor, hidden), rtol=1e-5, atol=1e-6)
 
 
 def test_pieces_of_any_length_decide_the_same_tokens(loaded) -> None:

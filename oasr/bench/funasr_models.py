@@ -1,7 +1,7 @@
-"""Random FunASR model folders at published shapes (Paraformer-large, SenseVoice-Small) written from OASR's side,
-without funasr: OASR's modules carry FunASR's key names, so OASR's state dict saved as ``model.pt`` beside a
-``config.yaml`` in FunASR's layout, an ``am.mvn``, and a token list (``tokens.json``) or SentencePiece model is a
-folder both ``oasr`` and funasr's ``AutoModel(model=DIR)`` load.
+"""Random FunASR model folders at published shapes (Paraformer-large, paraformer-zh-streaming, SenseVoice-Small)
+written from OASR's side, without funasr: OASR's modules carry FunASR's key names, so OASR's state dict saved as
+``model.pt`` beside a ``config.yaml`` in FunASR's layout, an ``am.mvn``, and a token list (``tokens.json``) or
+SentencePiece model is a folder both ``oasr`` and funasr's ``AutoModel(model=DIR)`` load.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SENSE_VOICE_BPE = "chn_jpn_yue_eng_ko_spectok.bpe.model"
 class FunasrShape:
     """A model's size in FunASR's ``*_conf`` terms; the decoder fields are Paraformer's only."""
 
-    model: str  # "Paraformer" or "SenseVoiceSmall"
+    model: str  # "Paraformer", "ParaformerStreaming" or "SenseVoiceSmall"
     vocab_size: int
     output_size: int
     linear_units: int
@@ -41,6 +41,7 @@ class FunasrShape:
     tp_blocks: int = 0  # SenseVoice's extra encoder layers
     decoder_blocks: int = 0
     decoder_units: int = 0
+    decoder_shift: int = 0  # the decoder FSMN's ``sanm_shfit`` (the online model's looks 5 tokens back)
 
 
 FUNASR_SHAPES = {
@@ -51,6 +52,20 @@ FUNASR_SHAPES = {
     "paraformer-tiny": FunasrShape("Paraformer", 60, 32, 48, 2, decoder_blocks=2, decoder_units=48),
     "sense-voice-tiny": FunasrShape("SenseVoiceSmall", 120, 32, 48, 2, tp_blocks=1),
 }
+# The online Paraformer's shapes (``oasr bench stream`` streams them; the offline bench's FunASR peer has no
+# whole-file pass for them).
+STREAMING_SHAPES = {
+    # speech_paraformer-large_asr_nat-zh-cn-16k-common-vocab8404-online (paraformer-zh-streaming): the offline
+    # model's sizes, its decoder's FSMN shifted 5 tokens
+    "paraformer-zh-streaming": FunasrShape("ParaformerStreaming", 8404, 512, 2048, 50, decoder_blocks=16,
+                                           decoder_units=2048, decoder_shift=5),
+    "paraformer-streaming-tiny": FunasrShape("ParaformerStreaming", 60, 32, 48, 2, decoder_blocks=2,
+                                             decoder_units=48, decoder_shift=5),
+}
+# The online encoder's training chunk table, as paraformer-zh-streaming's config.yaml spells it (the chunking a
+# stream is served with is chosen per stream: oasr.models.paraformer_streaming.config).
+STREAMING_ENCODER = {"chunk_size": [12, 15], "stride": [8, 10], "pad_left": [0, 0],
+                     "encoder_att_look_back_factor": [4, 4], "decoder_att_look_back_factor": [1, 1]}
 
 
 def funasr_config(shape: FunasrShape) -> dict[str, Any]:
@@ -68,20 +83,25 @@ def funasr_config(shape: FunasrShape) -> dict[str, Any]:
                 "tokenizer": "SentencepiecesTokenizer",
                 "tokenizer_conf": {"bpemodel": SENSE_VOICE_BPE, "unk_symbol": "<unk>", "split_with_space": True},
                 "ctc_conf": {"dropout_rate": 0.0, "ctc_type": "builtin", "reduce": True, "ignore_nan_grad": True}}
-    return {"model": "Paraformer",
+    streaming = shape.model == "ParaformerStreaming"
+    if streaming:
+        encoder = {**encoder, "input_layer": "pe_online", **STREAMING_ENCODER}
+    return {"model": shape.model,
             "model_conf": {"ctc_weight": 0.0, "lsm_weight": 0.1, "length_normalized_loss": True,
                            "predictor_weight": 1.0, "predictor_bias": 1, "sampling_ratio": 0.75},
-            "encoder": "SANMEncoder", "encoder_conf": encoder,
+            "encoder": "SANMEncoderChunkOpt" if streaming else "SANMEncoder", "encoder_conf": encoder,
             "decoder": "ParaformerSANMDecoder",
             "decoder_conf": {"attention_heads": shape.attention_heads, "linear_units": shape.decoder_units,
                              "num_blocks": shape.decoder_blocks, "dropout_rate": 0.1, "positional_dropout_rate": 0.1,
                              "self_attention_dropout_rate": 0.1, "src_attention_dropout_rate": 0.1,
-                             "att_layer_num": shape.decoder_blocks, "kernel_size": 11, "sanm_shfit": 0},
+                             "att_layer_num": shape.decoder_blocks, "kernel_size": 11,
+                             "sanm_shfit": shape.decoder_shift},
             "predictor": "CifPredictorV2",
             "predictor_conf": {"idim": shape.output_size, "threshold": 1.0, "l_order": 1, "r_order": 1,
                                "tail_threshold": 0.45},
-            "input_size": LFR_DIM, "frontend": "WavFrontend", "frontend_conf": FRONTEND,
-            "tokenizer": "CharTokenizer", "tokenizer_conf": {"unk_symbol": "<unk>", "split_with_space": True}}
+            "input_size": LFR_DIM, "frontend": "WavFrontendOnline" if streaming else "WavFrontend",
+            "frontend_conf": FRONTEND, "tokenizer": "CharTokenizer",
+            "tokenizer_conf": {"unk_symbol": "<unk>", "split_with_space": True}}
 
 
 def write_am_mvn(path: Path, dim: int, seed: int) -> None:
@@ -124,7 +144,7 @@ def write_sense_voice_bpe(path: Path, vocab_size: int, seed: int) -> None:
 def write_funasr_folder(arch: str, folder: Path, seed: int = 0) -> Path:
     """A FunASR model folder of ``arch``'s shape with OASR's default-initialised weights. Paraformer's CIF weights
     are set near 0.3 a frame (a token every ~200 ms, as Mandarin speech gives), so the decoder does real work."""
-    shape = FUNASR_SHAPES[arch]
+    shape = FUNASR_SHAPES[arch] if arch in FUNASR_SHAPES else STREAMING_SHAPES[arch]
     folder.mkdir(parents=True, exist_ok=True)
     config = funasr_config(shape)
     write_am_mvn(folder / "am.mvn", LFR_DIM, seed=seed + 1)
@@ -139,10 +159,11 @@ def write_funasr_folder(arch: str, folder: Path, seed: int = 0) -> Path:
         tokens = paraformer_tokens(shape.vocab_size)
         (folder / "tokens.json").write_text(json.dumps(tokens, ensure_ascii=False) + "\n", encoding="utf-8")
     (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-    cls = ARCHITECTURES.get("sense_voice" if shape.model == "SenseVoiceSmall" else "paraformer")
+    cls = ARCHITECTURES.get({"SenseVoiceSmall": "sense_voice", "ParaformerStreaming": "paraformer_streaming"}
+                            .get(shape.model, "paraformer"))
     torch.manual_seed(seed)
     model = cls.from_config(cls.config_class.from_dict({**config, "vocab_size": shape.vocab_size}))
-    if shape.model == "Paraformer":
+    if shape.model != "SenseVoiceSmall":
         model.predictor.cif_output.weight.mul_(0.1)
         model.predictor.cif_output.bias.fill_(float(np.log(0.3 / 0.7)))
     torch.save(model.state_dict(), folder / "model.pt")

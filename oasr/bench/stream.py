@@ -1,10 +1,15 @@
-"""Streaming: N concurrent streams through OASR's cache-aware runtime, in simulated real time and flat out, and
-transformers' chunked ``generate`` on the same weights and audio.
+"""Streaming: N concurrent streams through OASR's streaming engine, in simulated real time and flat out, and
+transformers' chunked ``generate`` on the same weights and audio where it has the model.
 
     oasr bench stream --arch nemotron-streaming-0.6b --chunk-ms 160 --streams 1 64 256 512 --device cuda
+    oasr bench stream --arch paraformer-zh-streaming --chunk-ms 600 --streams 1 64 256 --device cuda
 
-Random weights of the published shape (the joint biased towards blank, as a trained model mostly emits blanks);
-seeded noise as audio, its content irrelevant to the timing. Reported per stream count:
+Random weights of the published shape (Nemotron's joint biased towards blank, as a trained model mostly emits
+blanks; the streaming Paraformer's CIF weighing about 0.3 a frame, a token every 200 ms, as Mandarin speech
+fires); seeded noise as audio, its content irrelevant to the timing. Nemotron streams through the cache-aware
+runtime, paraformer-zh-streaming (FunASR's online model, a FunASR folder written by ``oasr.bench.funasr_models``)
+through the ``paraformer_chunked`` runtime, its chunk FunASR's ``chunk_size [0, 10, 5]`` at 600 ms. Reported per
+stream count:
 
 - real time: each stream sends one chunk of audio per chunk period, the streams' phases spread over a period.
   Per-chunk latency is from the moment a chunk's last sample was sent to the end of the step that decoded it
@@ -12,8 +17,9 @@ seeded noise as audio, its content irrelevant to the timing. Reported per stream
   latency from its last audio to its last event. The most streams held is the largest count whose p99
   stays within ``--p99-budget-ms``.
 - flat out: every stream's audio available at once; RTFx = audio seconds / wall seconds.
-- transformers: ``generate`` fed a generator of the same features in the same chunks, ``--peer-streams`` rows
-  at once (its caches are batch-global, so a batch's streams move together), RTFx likewise.
+- transformers (Nemotron only): ``generate`` fed a generator of the same features in the same chunks,
+  ``--peer-streams`` rows at once (its caches are batch-global, so a batch's streams move together), RTFx
+  likewise. The streaming Paraformer has no peer here: FunASR is not one of OASR's dependencies.
 """
 
 from __future__ import annotations
@@ -97,6 +103,9 @@ def run_oasr(engine, audio: list[np.ndarray], lookahead: int, *, realtime: bool)
     hop, half = runtime.hop, runtime.new_audio().half_window
     chunk_s = geometry.chunk_seconds
     chunk_samples = round(chunk_s * 16000)
+    # Samples a chunk's last frame reads past its first: half a window for centred STFT frames, the whole frame
+    # for LFR frames (whose buffers have no half window).
+    reach = half or hop
     ids = [engine.open(StreamOptions(lookahead=lookahead), stream_id=f"s{i}") for i in range(len(audio))]
     times = {s: StreamTimes() for s in ids}
     sent = dict.fromkeys(ids, 0)
@@ -124,7 +133,7 @@ def run_oasr(engine, audio: list[np.ndarray], lookahead: int, *, realtime: bool)
         done = time.perf_counter()
         for stream_id, index in result.chunks:
             last_frame = geometry.chunk_range(index)[1] - 1
-            needed = min(last_frame * hop + half, len(audio[int(stream_id[1:])]))
+            needed = min(last_frame * hop + reach, len(audio[int(stream_id[1:])]))
             latencies.append(done - times[stream_id].sent_by(needed))
         for event in result.events:
             t = times[event.stream_id]
@@ -171,20 +180,30 @@ def run_transformers(model, features: torch.Tensor, lookahead: int, batch_size: 
     return time.perf_counter() - start, ids
 
 
+def frame_seconds(loaded) -> float:
+    """Audio time of one encoder frame (what ``--chunk-ms`` is counted in)."""
+    if loaded.architecture == "paraformer_streaming":
+        c = loaded.features.config
+        return c.hop_length * c.lfr_n / c.sample_rate
+    return loaded.model.config.encoder_config.subsampling_factor * 160 / 16000
+
+
 def main(argv: list[str] | None = None) -> None:
+    from oasr.bench.funasr_models import STREAMING_SHAPES, write_funasr_folder
     from oasr.models.loader import from_pretrained, pick_device, pick_dtype
     from oasr.engine.streams import StreamingConfig, StreamingEngine
     from oasr.streaming.geometry import lookahead_for
 
     p = argparse.ArgumentParser(prog="oasr bench stream", description=__doc__.split("\n\n")[0])
-    p.add_argument("--arch", default="nemotron-streaming-0.6b", choices=tuple(NEMOTRON_SHAPES))
+    p.add_argument("--arch", default="nemotron-streaming-0.6b", choices=(*NEMOTRON_SHAPES, *STREAMING_SHAPES))
     p.add_argument("--chunk-ms", type=int, default=160)
     p.add_argument("--streams", type=int, nargs="+", default=[1, 64, 256, 512])
     p.add_argument("--seconds", type=float, default=10.0, help="audio per stream")
     p.add_argument("--p99-budget-ms", type=float, default=100.0)
     p.add_argument("--flat-out", type=int, nargs="*", default=None,
                    help="stream counts run flat out (default: --streams)")
-    p.add_argument("--peer", choices=("transformers", "none"), default="transformers")
+    p.add_argument("--peer", choices=("transformers", "none"), default=None,
+                   help="transformers for Nemotron (the default there); none for the streaming Paraformer")
     p.add_argument("--peer-streams", type=int, default=64, help="streams transformers decodes (in one batch)")
     p.add_argument("--blank-bias", type=float, default=BLANK_BIAS)
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
@@ -193,23 +212,30 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="auto")
     p.add_argument("--json-out", type=Path, default=None)
     args = p.parse_args(argv)
+    paraformer = args.arch in STREAMING_SHAPES
+    peer = args.peer or ("none" if paraformer else "transformers")
+    if paraformer and peer == "transformers":
+        p.error(f"--arch {args.arch} has no transformers peer: pass --peer none")
     device = pick_device(args.device)
     dtype = pick_dtype(args.dtype, device)
     report: dict = dict(arch=args.arch, chunk_ms=args.chunk_ms, seconds=args.seconds, device=str(device),
                         dtype=str(dtype), cuda_graphs=args.cuda_graphs, realtime=[], flat_out=[])
     with tempfile.TemporaryDirectory() as tmp:
-        reference = build(args.arch, Path(tmp), blank_bias=args.blank_bias)
+        if paraformer:
+            write_funasr_folder(args.arch, Path(tmp))
+        else:
+            reference = build(args.arch, Path(tmp), blank_bias=args.blank_bias)
         loaded = from_pretrained(tmp, device=device, dtype=dtype)
-    max_streams = max(args.streams + (args.flat_out or []) + [args.peer_streams])
-
-    frame_seconds = loaded.model.config.encoder_config.subsampling_factor * 160 / 16000
-    lookahead = lookahead_for(args.chunk_ms, frame_seconds)
+    warm_up_streams = 4
+    max_streams = max(args.streams + (args.flat_out or []) + ([args.peer_streams] if peer != "none" else [])
+                      + [warm_up_streams])
+    lookahead = lookahead_for(args.chunk_ms, frame_seconds(loaded))
 
     def engine() -> StreamingEngine:
         return StreamingEngine(loaded, StreamingConfig(max_streams=max_streams, max_batch=max_streams,
                                                        warm_lookaheads=(lookahead,), cuda_graphs=args.cuda_graphs))
 
-    run_oasr(engine(), noise(4, 2.0, seed=99), lookahead, realtime=False)  # warm-up
+    run_oasr(engine(), noise(warm_up_streams, 2.0, seed=99), lookahead, realtime=False)
     for n in args.streams:
         result = run_oasr(engine(), noise(n, args.seconds, seed=n), lookahead, realtime=True)
         report["realtime"].append(result)
@@ -220,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run_oasr(engine(), noise(n, args.seconds, seed=n), lookahead, realtime=False)
         report["flat_out"].append(result)
         print(json.dumps({"flat_out": result}))
-    if args.peer == "transformers":
+    if peer == "transformers":
         n = args.peer_streams
         audio = noise(n, args.seconds, seed=n)
         ours = run_oasr(engine(), audio, lookahead, realtime=False)

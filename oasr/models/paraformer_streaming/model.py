@@ -1,9 +1,10 @@
-"""The online Paraformer's network and one stream's step, as FunASR's ``ParaformerStreaming.generate_chunk``
-computes it (``SANMEncoderChunkOpt.forward_chunk``, ``CifPredictorV2.forward_chunk``,
-``ParaformerSANMDecoder.forward_chunk``).
+"""The online Paraformer's network and a step of many streams, each row as FunASR's
+``ParaformerStreaming.generate_chunk`` computes it for one stream (``SANMEncoderChunkOpt.forward_chunk``,
+``CifPredictorV2.forward_chunk``, ``ParaformerSANMDecoder.forward_chunk``).
 
 The modules are the offline Paraformer's (``oasr.models.paraformer``), whose names are the checkpoint's keys;
-what streaming adds is state carried between steps (``StreamState``) and the order the pieces run in:
+what streaming adds is state carried between steps (``StreamBatch``, from the streams' slots) and the order the
+pieces run in:
 
 - encoder: a step's input is the last ``left + right`` embedded frames of the step before followed by the new
   chunk, positions counted over the whole stream; each layer attends over its cached keys and values (the
@@ -12,29 +13,61 @@ what streaming adds is state carried between steps (``StreamState``) and the ord
 - CIF: weights outside ``[left, left + chunk)`` are zeroed (the look-ahead is weighed in the next step, unless
   this is the last), the integrate carried over as a frame of the running sum's weight, and on the last step a
   tail of ``tail_threshold`` fires a last partial token;
-- decoder: runs only on steps that fired tokens; each FSMN memory continues over the tokens of earlier steps,
-  the cross-attention reads the last ``decoder_chunk_look_back`` chunks of encoder frames plus the step's.
+- decoder: runs only on the rows that fired tokens; each FSMN memory continues over the tokens of earlier
+  steps, the cross-attention reads the last ``decoder_chunk_look_back`` chunks of encoder frames plus the step's.
+
+A step's rows share its shape (the same number of new frames, all final or none): one encoder forward, one CIF
+loop and one decoder forward serve them all. Rows whose caches are still filling (a stream's first chunks, a
+decoder after an endpoint) are masked where the others have real keys.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
-from torch import nn
 
 from oasr.features.funasr_fbank import FunasrFbank
 from oasr.models import ARCHITECTURES
 from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import ModelCapabilities
-from oasr.models.paraformer.decoder import CrossAttention, DecoderLayer
 from oasr.models.paraformer.model import Paraformer
-from oasr.models.paraformer.sanm import SANMAttention, SANMEncoderLayer, sinusoid
 from oasr.models.paraformer_streaming.config import ChunkConfig
-from oasr.models.paraformer_streaming.state import StreamState
+from oasr.models.paraformer_streaming.layers import (
+    cif_weights,
+    decoder_layer_chunk,
+    encoder_layer_chunk,
+    integrate_rows,
+    key_mask,
+    sinusoid_rows,
+)
+from oasr.models.paraformer_streaming.state import StreamBatch, StreamSlots, decode_layers
 
 if TYPE_CHECKING:  # annotations only
     from oasr.models.paraformer_streaming.stream import ParaformerStream
+
+
+@dataclass(frozen=True)
+class Fired:
+    """The CIF's tokens of a step: embeds [F, L, D] (float32, zero past each row's count) for the F rows that
+    fired (``rows``: their batch rows, ascending), ``counts`` tokens each, fired at ``places`` (per row, the
+    step frame of each token, counted from the first new frame, the overlap before it negative)."""
+
+    embeds: torch.Tensor
+    rows: list[int]
+    counts: list[int]
+    places: list[list[int]]
+
+
+@dataclass(frozen=True)
+class ChunkLogits:
+    """A step's decoded tokens: logits [F, L, vocab] for the rows that fired (``fired``), real up to
+    ``fired.counts``; ``logits`` is None when none fired."""
+
+    logits: torch.Tensor | None
+    fired: Fired
 
 
 @ARCHITECTURES.register("paraformer_streaming")
@@ -56,21 +89,27 @@ class ParaformerStreaming(Paraformer):
 
     def cif_logits(self, hidden: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features: [B, T, input_size] whole inputs; lengths: [B] -> (logits [B, L, vocab], token counts [B]):
-        each row walked chunk by chunk as a stream whose last chunk is final. FunASR cuts a stream by samples,
-        so one that ends less than 60 ms past a whole chunk gets a tail step there (re-encoding the last
-        overlap) where this walk encodes the last frames: the tokens can differ at that very end."""
+        each row walked chunk by chunk as a stream whose last chunk is final, the rows' chunks stepped together.
+        FunASR cuts a stream by samples, so one that ends less than 60 ms past a whole chunk gets a tail step
+        there (re-encoding the last overlap) where this walk encodes the last frames: the tokens can differ at
+        that very end."""
         size = self.chunk.chunk_size[1]
-        rows = []
-        for row, length in zip(hidden, lengths.tolist(), strict=True):
-            state, logits = StreamState(), []
-            for start in range(0, max(length, 1), size):
-                final = start + size >= length
-                encoded = self.encode_chunk(row[None, start: min(start + size, length)], state, self.chunk,
-                                            tail=False)
-                embeds = self.fire_chunk(encoded, state, self.chunk, final=final)
-                if embeds.shape[1]:
-                    logits.append(self.decode_chunk(embeds, encoded, state, self.chunk)[0])
-            rows.append(torch.cat(logits) if logits else hidden.new_zeros(0, self.config.vocab_size))
+        lengths_ = lengths.tolist()
+        slots = StreamSlots(self, self.chunk, len(lengths_))
+        pieces: list[list[torch.Tensor]] = [[] for _ in lengths_]
+        for start in range(0, max([*lengths_, 1]), size):
+            shapes: dict[tuple[int, bool], list[int]] = {}  # (new frames, final) -> the rows
+            for row, length in enumerate(lengths_):
+                if start < max(length, 1):
+                    shapes.setdefault((min(start + size, length) - start, start + size >= length), []).append(row)
+            for (num_frames, final), members in shapes.items():
+                batch = slots.gather(members)
+                out = self.step_chunk(hidden[members, start: start + num_frames], batch, self.chunk, tail=False,
+                                      final=final)
+                slots.scatter(members, batch)
+                for row, count in zip(out.fired.rows, out.fired.counts, strict=True):
+                    pieces[members[row]].append(out.logits[row, :count])
+        rows = [torch.cat(p) if p else hidden.new_zeros(0, self.config.vocab_size) for p in pieces]
         counts = torch.tensor([len(r) for r in rows], device=hidden.device)
         return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True), counts
 
@@ -89,158 +128,120 @@ class ParaformerStreaming(Paraformer):
 
         return ParaformerStream(self, fbank, chunk)
 
+    # -- a step -------------------------------------------------------------------------------------------
+    def step_chunk(self, features: torch.Tensor, batch: StreamBatch, chunk: ChunkConfig, *, tail: bool,
+                   final: bool) -> ChunkLogits:
+        """features: [B, K, D_in] each row's new LFR frames (K = 0 for a ``tail`` step) -> the fired rows'
+        logits; ``batch`` is updated to the state after the step."""
+        dtype = self.decoder.output_layer.weight.dtype
+        hidden = self.encode_chunk(features.to(dtype), batch, chunk, tail=tail)
+        fired = self.fire_chunk(hidden, batch, chunk, final=final)
+        if not fired.rows:
+            return ChunkLogits(None, fired)
+        rows = torch.tensor(fired.rows, device=hidden.device)
+        return ChunkLogits(self.decode_chunk(fired, hidden.index_select(0, rows), batch, chunk), fired)
+
     # -- encoder ------------------------------------------------------------------------------------------
-    def encode_chunk(self, features: torch.Tensor, state: StreamState, chunk: ChunkConfig, *, tail: bool
+    def encode_chunk(self, features: torch.Tensor, batch: StreamBatch, chunk: ChunkConfig, *, tail: bool
                      ) -> torch.Tensor:
-        """features: [1, K, D_in] the step's new LFR frames -> encoder frames [1, overlap + K, D].
+        """features: [B, K, D_in] the step's new LFR frames -> encoder frames [B, overlap + K, D].
 
         ``tail``: the stream ended less than one LFR frame after the last step; FunASR then re-encodes the
         previous step's overlap frames alone, scaled once more by sqrt(D) (its ``forward_chunk`` scales the
         cached frames in place before it reads them back). The first layer's pre-norm makes that scale all but
         irrelevant; it is kept so that the two compute the same thing."""
         scale = self.encoder.output_size ** 0.5
-        if state.overlap is None:
-            state.overlap = features.new_zeros(1, chunk.overlap_frames, features.shape[2])
         if tail:
-            x = state.overlap * scale
+            x = batch.overlap * scale
         else:
             x = features * scale
-            x = x + sinusoid(x.shape[1], x.shape[2], x.device, x.dtype, first=state.position + 1)
-            state.position += features.shape[1]
-            x = torch.cat([state.overlap, x], dim=1)
-            state.overlap = x[:, -chunk.overlap_frames:]
-        layers = (*self.encoder.encoders0, *self.encoder.encoders)
-        if not state.encoder_kv:
-            state.encoder_kv = [None] * len(layers)
-        for index, layer in enumerate(layers):
-            x, state.encoder_kv[index] = encoder_layer_chunk(layer, x, state.encoder_kv[index], chunk)
+            x = x + sinusoid_rows(batch.positions + 1, x.shape[1], x.shape[2], x.device, x.dtype)
+            batch.positions = batch.positions + features.shape[1]
+            x = torch.cat([batch.overlap, x], dim=1)
+            batch.overlap = x[:, -chunk.overlap_frames:]
+        width = batch.encoder_kv.shape[-2]
+        cached = int(batch.encoder_lengths.max())
+        cache = batch.encoder_kv[..., width - cached:, :] if cached else None
+        mask = key_mask(batch.encoder_lengths, cached, x.shape[1], x.device)
+        # The chunk-sized part of this step's keys (without the look-ahead) joins the cache for later steps.
+        keep = x.shape[1] - chunk.chunk_size[2]
+        strides = []
+        for index, layer in enumerate((*self.encoder.encoders0, *self.encoder.encoders)):
+            kv = (cache[:, index, 0], cache[:, index, 1]) if cache is not None else None
+            x, stride = encoder_layer_chunk(layer, x, kv, mask, keep, width)
+            strides.append(torch.stack(stride, dim=1))
+        kept = strides[0].shape[-2]
+        batch.encoder_kv[..., width - kept:, :] = torch.stack(strides, dim=1)
+        batch.encoder_lengths = np.minimum(batch.encoder_lengths + keep, width)
         return self.encoder.after_norm(x)
 
     # -- CIF ----------------------------------------------------------------------------------------------
-    def fire_chunk(self, hidden: torch.Tensor, state: StreamState, chunk: ChunkConfig, *, final: bool,
-                   with_frames: bool = False):
-        """hidden: [1, T, D] the step's encoder frames -> the fired tokens' embeddings [1, L, D] (L may be 0);
-        ``with_frames``: also the step frame each token fired on (counted from the step's first new frame, the
-        overlap before it negative)."""
+    def fire_chunk(self, hidden: torch.Tensor, batch: StreamBatch, chunk: ChunkConfig, *, final: bool) -> Fired:
+        """hidden: [B, T, D] the step's encoder frames -> the tokens the rows fired (waits for the device: which
+        rows fired decides the decoder's batch)."""
         c = self.config.predictor
         left, size, _ = chunk.chunk_size
-        alphas = self.predictor.weights(hidden, torch.tensor([hidden.shape[1]], device=hidden.device))
+        num_rows, _, depth = hidden.shape
+        alphas = cif_weights(self.predictor, hidden)
         alphas[:, :left] = 0.0
         if not final:
             alphas[:, left + size:] = 0.0
-        if state.cif_hidden is None:
-            state.cif_hidden = hidden.new_zeros(1, 1, hidden.shape[2])
-            state.cif_alpha = alphas.new_zeros(1, 1)
-        hidden = torch.cat([state.cif_hidden.to(hidden.dtype), hidden], dim=1)
-        alphas = torch.cat([state.cif_alpha, alphas], dim=1)
+        frames = torch.cat([batch.cif_hidden[:, None], hidden.float()], dim=1)
+        alphas = torch.cat([batch.cif_alpha[:, None], alphas], dim=1)
         if final:
-            hidden = torch.cat([hidden, hidden.new_zeros(1, 1, hidden.shape[2])], dim=1)
-            alphas = torch.cat([alphas, alphas.new_full((1, 1), c.tail_threshold)], dim=1)
-        fired, places, integrate, frames = integrate_chunk(hidden[0], alphas[0], c.threshold)
-        state.cif_alpha = integrate.reshape(1, 1)
-        state.cif_hidden = (frames / integrate if integrate > 0 else frames).reshape(1, 1, -1)
-        embeds = torch.stack(fired)[None] if fired else hidden.new_zeros(1, 0, hidden.shape[2])
+            frames = torch.cat([frames, frames.new_zeros(num_rows, 1, depth)], dim=1)
+            alphas = torch.cat([alphas, alphas.new_full((num_rows, 1), c.tail_threshold)], dim=1)
+        fires, embeds, integrate, rest = integrate_rows(frames, alphas, c.threshold)
+        batch.cif_alpha = integrate
+        batch.cif_hidden = torch.where(integrate[:, None] > 0, rest / integrate[:, None], rest)
+        fired = fires.cpu().numpy()
+        rows = [int(r) for r in np.flatnonzero(fired.any(axis=1))]
+        places = [[int(t) for t in np.flatnonzero(fired[r])] for r in rows]
+        counts = [len(p) for p in places]
+        if not rows:
+            return Fired(embeds.new_zeros(0, 0, depth), [], [], [])
+        longest = max(counts)
+        device = hidden.device
+        at = torch.tensor([p + [p[-1]] * (longest - len(p)) for p in places], device=device)
+        picked = embeds[torch.tensor(rows, device=device)[:, None], at]  # [F, L, D]
+        real = torch.arange(longest, device=device)[None, :] < torch.tensor(counts, device=device)[:, None]
         # Place 0 is the carried integrate, then the overlap frames, then the step's new ones.
-        return (embeds, [p - 1 - chunk.overlap_frames for p in places]) if with_frames else embeds
+        shift = 1 + chunk.overlap_frames
+        return Fired(picked * real[:, :, None], rows, counts, [[t - shift for t in p] for p in places])
 
     # -- decoder ------------------------------------------------------------------------------------------
-    def decode_chunk(self, embeds: torch.Tensor, hidden: torch.Tensor, state: StreamState, chunk: ChunkConfig
+    def decode_chunk(self, fired: Fired, hidden: torch.Tensor, batch: StreamBatch, chunk: ChunkConfig
                      ) -> torch.Tensor:
-        """embeds: [1, L, D] fired embeddings; hidden: [1, T, D] the step's encoder frames -> logits [1, L, V]."""
+        """The rows that fired: hidden [F, T, D] their encoder frames -> logits [F, L, V]."""
         d = self.decoder
-        # FunASR's forward_chunk runs the memory-only layers (decoders2) only when there are two or more.
-        memory_only = list(d.decoders2) if d.decoders2 is not None and len(d.decoders2) > 1 else []
-        layers = [*d.decoders, *memory_only]
-        if not state.decoder_fsmn:
-            state.decoder_fsmn = [None] * len(layers)
-            state.decoder_kv = [None] * len(d.decoders)
-        look_back = chunk.decoder_chunk_look_back * chunk.chunk_size[1]
-        x = embeds
+        device = hidden.device
+        rows = torch.tensor(fired.rows, device=device)
+        counts = torch.tensor(fired.counts, device=device)
+        started = torch.tensor(batch.decoder_started[fired.rows], device=device)
+        # A decoder that has not run since its utterance began reads zeros, not the slot's stale memory.
+        memory = batch.decoder_fsmn.index_select(0, rows) * started[:, None, None, None]
+        width = batch.decoder_kv.shape[-2]
+        lengths = batch.decoder_lengths[fired.rows]
+        cached = int(lengths.max())
+        cache = batch.decoder_kv.index_select(0, rows)[..., width - cached:, :] if cached else None
+        mask = key_mask(lengths, cached, hidden.shape[1], device)
+        x = fired.embeds.to(hidden.dtype)
+        tokens = (torch.arange(x.shape[1], device=device)[None, :] < counts[:, None])[:, :, None].to(x.dtype)
+        layers = decode_layers(self)
+        memories, kvs = [], []
         for index, layer in enumerate(layers):
-            x, state.decoder_fsmn[index], kv = decoder_layer_chunk(
-                layer, x, hidden, state.decoder_fsmn[index],
-                state.decoder_kv[index] if index < len(d.decoders) else None, look_back)
-            if index < len(d.decoders):
-                state.decoder_kv[index] = kv
+            kv = (cache[:, index, 0], cache[:, index, 1]) if cache is not None and index < len(d.decoders) else None
+            x, state, kv = decoder_layer_chunk(layer, x, tokens, counts, started, memory[:, index], hidden, kv,
+                                               mask, width)
+            memories.append(state)
+            if kv is not None:
+                kvs.append(torch.stack(kv, dim=1))
         for layer in d.decoders3:
             x = layer.feed_forward(layer.norm1(x))
+        batch.decoder_fsmn[rows] = torch.stack(memories, dim=1)
+        if kvs:
+            kept = kvs[0].shape[-2]
+            batch.decoder_kv[..., width - kept:, :][rows] = torch.stack(kvs, dim=1)
+        batch.decoder_lengths[fired.rows] = np.minimum(lengths + hidden.shape[1], width)
+        batch.decoder_started[fired.rows] = True
         return d.output_layer(d.after_norm(x))
-
-
-def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """[1, T, H * dk] -> [1, H, T, dk]."""
-    b, t, size = x.shape
-    return x.reshape(b, t, heads, size // heads).transpose(1, 2)
-
-
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Unmasked attention as FunASR computes it (queries scaled first): [1, H, T, dk] -> [1, T, H * dk]."""
-    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1))
-    out = torch.matmul(torch.softmax(scores, dim=-1), v)
-    return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
-
-
-def encoder_layer_chunk(layer: SANMEncoderLayer, x: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor] | None,
-                        chunk: ChunkConfig) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    attn: SANMAttention = layer.self_attn
-    q, k, v = attn.linear_q_k_v(layer.norm1(x)).chunk(3, dim=-1)
-    memory = attn.fsmn(v, torch.ones_like(v[:, :, :1]))
-    q, k_h, v_h = (split_heads(t, attn.heads) for t in (q, k, v))
-    # The chunk-sized part of this step's keys (without the look-ahead) joins the cache for later steps.
-    keep = k_h.shape[2] - chunk.chunk_size[2]
-    stride = (k_h[:, :, :keep], v_h[:, :, :keep])
-    if kv is not None:
-        k_h, v_h = torch.cat([kv[0], k_h], dim=2), torch.cat([kv[1], v_h], dim=2)
-        limit = chunk.encoder_chunk_look_back * chunk.chunk_size[1]
-        stride = (torch.cat([kv[0], stride[0]], dim=2)[:, :, -limit:],
-                  torch.cat([kv[1], stride[1]], dim=2)[:, :, -limit:])
-    attended = attn.linear_out(attend(q, k_h, v_h)) + memory
-    x = x + attended if layer.residual else attended
-    return x + layer.feed_forward(layer.norm2(x)), stride
-
-
-def integrate_chunk(hidden: torch.Tensor, alphas: torch.Tensor, threshold: float
-                    ) -> tuple[list[torch.Tensor], list[int], torch.Tensor, torch.Tensor]:
-    """FunASR's frame-by-frame CIF loop (float32, its order of additions): hidden [T, D], alphas [T] ->
-    (each fired token's embedding [D], the place it fired at, the integrate left over, the frames in it [D])."""
-    integrate = torch.zeros((), dtype=alphas.dtype, device=alphas.device)
-    frames = hidden.new_zeros(hidden.shape[1])
-    fired, places = [], []
-    for t in range(alphas.shape[0]):
-        alpha = alphas[t]
-        if alpha + integrate < threshold:
-            integrate = integrate + alpha
-            frames = frames + alpha * hidden[t]
-        else:
-            fired.append(frames + (threshold - integrate) * hidden[t])
-            places.append(t)
-            integrate = integrate + alpha - threshold
-            frames = integrate * hidden[t]
-    return fired, places, integrate, frames
-
-
-def decoder_layer_chunk(layer: DecoderLayer, x: torch.Tensor, hidden: torch.Tensor, fsmn: torch.Tensor | None,
-                        kv: tuple[torch.Tensor, torch.Tensor] | None, look_back: int):
-    """One decoder layer over a step's tokens -> (x, its FSMN context, its cross-attention keys and values)."""
-    residual = x
-    x = layer.feed_forward(layer.norm1(x))
-    if layer.self_attn is not None:
-        inputs = layer.norm2(x)
-        memory = layer.self_attn
-        seq = inputs.transpose(1, 2)
-        if fsmn is None:
-            seq = nn.functional.pad(seq, memory.padding)
-        else:
-            width = memory.fsmn_block.kernel_size[0] + inputs.shape[1] - 1
-            seq = torch.cat([fsmn[:, :, 1:], seq], dim=2)[:, :, -width:]
-        fsmn = seq
-        x = residual + (memory.fsmn_block(seq).transpose(1, 2) + inputs)
-    if layer.src_attn is not None:
-        cross: CrossAttention = layer.src_attn
-        q = split_heads(cross.linear_q(layer.norm3(x)), cross.heads)
-        k, v = (split_heads(t, cross.heads) for t in cross.linear_k_v(hidden).chunk(2, dim=-1))
-        if kv is not None:
-            k, v = torch.cat([kv[0], k], dim=2), torch.cat([kv[1], v], dim=2)
-        kv = (k[:, :, -look_back:], v[:, :, -look_back:])
-        x = x + cross.linear_out(attend(q, k, v))
-    return x, fsmn, kv
