@@ -74,9 +74,9 @@ def test_one_beam_gives_the_greedy_tokens(tdt, stays, encoded, max_symbols, favo
     assert sum(map(len, got)) > 3, "greedy emits (almost) nothing: the comparison could not fail"
 
 
-@pytest.mark.parametrize("max_symbols", [2, 4])
 @pytest.mark.parametrize("favour_staying", [False, True])
-@pytest.mark.parametrize("frames", ["clips", *(f"seed {s}" for s in SEEDS)])
+@pytest.mark.parametrize(("frames", "max_symbols"),
+                         [("clips", 2), ("clips", 4), *((f"seed {s}", 2) for s in SEEDS)])
 def test_four_beams_are_never_less_likely_than_greedy(tdt, stays, encoded, frames, favour_staying,
                                                       max_symbols) -> None:
     """The issue's bar on every row. The label-synchronous search this replaced ended below greedy on two of the
@@ -151,7 +151,7 @@ def one_row_beam(model, hidden: torch.Tensor, beam_size: int, max_symbols: int) 
     return list(best.tokens), best.score
 
 
-@pytest.mark.parametrize("beam_size", [1, 2, 4])
+@pytest.mark.parametrize("beam_size", [2, 4])
 @pytest.mark.parametrize("favour_staying", [False, True])
 def test_the_batched_search_equals_a_plain_one_row_beam(tdt, stays, encoded, beam_size, favour_staying) -> None:
     """Buckets, slots, the lazily fed predictor and the cut of hopeless tokens change nothing against the

@@ -1,7 +1,7 @@
 """TDT (token-and-duration transducer) beam search on the device: frame-synchronous, batched over rows and beams.
 
 A TDT joint predicts a token and, apart from it, how many frames to move on, so hypotheses jump frames. The
-search walks the frames in order, as NeMo's and k2's TDT beams do: a hypothesis that moves ``d`` frames is parked
+search walks the frames in order, as NeMo's TDT beam does: a hypothesis that moves ``d`` frames is parked
 in the bucket of the frame it lands on, and a bucket keeps at most ``beam_size`` hypotheses, ranked only against
 others on the same frame (they have all read the same frames, so their scores compare like with like). When the
 search reaches a frame, its bucket's hypotheses are expanded by every (token, duration) pair, scored by the
