@@ -1,25 +1,33 @@
-"""TDT (token-and-duration transducer) beam search on the device, batched over rows and beams.
+"""TDT (token-and-duration transducer) beam search on the device: frame-synchronous, batched over rows and beams.
 
-A TDT joint predicts a token and, separately, how many frames to move on. Hypotheses then sit on different
-frames, so the search is label-synchronous rather than frame-synchronous: each step expands every open
-hypothesis by one (token, duration) pair at its own frame, scored by the token's plus the duration's
-log-probability, and ranks those expansions together with the hypotheses that have finished their frames; the
-``beam_size`` best are kept. After a step every hypothesis has made the same number of joint decisions (or has
-finished), so scores compare like with like.
+A TDT joint predicts a token and, apart from it, how many frames to move on, so hypotheses jump frames. The
+search walks the frames in order, as NeMo's TDT beam does: a hypothesis that moves ``d`` frames is parked
+in the bucket of the frame it lands on, and a bucket keeps at most ``beam_size`` hypotheses, ranked only against
+others on the same frame (they have all read the same frames, so their scores compare like with like). When the
+search reaches a frame, its bucket's hypotheses are expanded by every (token, duration) pair, scored by the
+token's plus the duration's log-probability: expansions that stay on the frame (a token with duration 0) form
+the frame's next round, the others are ranked into the bucket they land on. A move past a row's last frame
+lands on the frame after it, where the row's finished hypotheses gather; the best of them is the answer.
 
-Greedy decoding's rules hold for every hypothesis: a blank never moves 0 frames (it moves 1), and after
-``max_symbols_per_step`` tokens on one frame the hypothesis is moved one frame on. The best pair of one
-hypothesis is the best token with the best duration (the scores add), so with one beam every step takes
-greedy's choice and ``beam_size = 1`` gives greedy's tokens. Hypotheses are not merged; the score is the
-log-probability of the hypothesis' own decisions.
+Greedy decoding's rules hold for every hypothesis: a blank never stays on its frame (duration 0 moves it one),
+and after ``max_symbols_per_step`` tokens on one frame a token moves at least one. Where staying is not allowed,
+durations 0 and 1 are one move: one candidate, scored by the likelier, so no bucket holds a duplicate.
 
-Model contract: ``oasr.decode.transducer_greedy``'s TDT one, plus ``predictor_gather(state, index [N])``.
+Greedy's path is always one of the hypotheses: the expansion greedy decoding would take from it is kept in its
+bucket whatever its rank, and the others compete for the remaining places. Ranking per frame makes the beam
+better, but pruning still can drop greedy's path for ones that end up less likely; keeping it makes "never less
+likely than greedy" a property of the search. With one beam only greedy's path is kept: ``beam_size = 1`` gives
+greedy's tokens. Hypotheses are not merged; the score is the log-probability of the hypothesis' own decisions.
+
+Model contract: ``oasr.decode.transducer_greedy``'s TDT one, plus ``predictor_rows(out, state)`` and
+``predictor_from_rows(rows)`` (the streaming contract's predictor context as batch-first tensors), with which
+hypotheses are copied between buckets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
@@ -31,73 +39,157 @@ from oasr.decode.transducer_greedy import TDTModel
 from oasr.types import Hotword
 
 _NEG_INF = float("-inf")
+_INF = float("inf")
 
 
 @dataclass
-class _Hypotheses:
-    """[B, K] per row and beam (flattened to B * K rows for the predictor): score (-inf: empty slot), the frame
-    it sits on, tokens emitted on that frame, tokens emitted so far and the tokens themselves ([B, K, L]); the
-    predictor's output [B * K, H] and opaque state."""
+class _Buckets:
+    """The hypotheses parked by frame: frame ``f`` is bucket ``f % S``, with S the longest move plus one, so the
+    frames a search step can land on never share a bucket. [B, S, K] per row, bucket and slot: score (-inf: an
+    empty slot), tokens emitted on the current frame (``run``), tokens emitted so far, the token the predictor has
+    not been fed yet (-1: none), whether it is greedy's path; the tokens themselves [B, S, K, L]; the predictor's
+    context as batch-first rows [B * S * K, ...] (``predictor_rows``)."""
 
     score: torch.Tensor
-    position: torch.Tensor
     run: torch.Tensor
     count: torch.Tensor
+    pending: torch.Tensor
+    greedy: torch.Tensor
     tokens: torch.Tensor
-    predictor_out: torch.Tensor
-    state: Any
+    predictor: dict[str, torch.Tensor]
+
+    @classmethod
+    def start(cls, model: TDTModel, batch: int, num_buckets: int, beam_size: int, max_tokens: int,
+              device: torch.device) -> _Buckets:
+        """Every row's start-of-sequence hypothesis in slot 0 of frame 0's bucket; the other slots empty."""
+        shape = (batch, num_buckets, beam_size)
+        score = torch.full(shape, _NEG_INF, device=device)
+        score[:, 0, 0] = 0.0
+        greedy = torch.zeros(shape, dtype=torch.bool, device=device)
+        greedy[:, 0, 0] = True
+        zeros = torch.zeros(shape, dtype=torch.long, device=device)
+        tokens = torch.full((*shape, max_tokens), -1, dtype=torch.long, device=device)
+        predictor = model.predictor_rows(*model.predictor_init(batch * num_buckets * beam_size, device))
+        return cls(score, zeros, zeros.clone(), zeros - 1, greedy, tokens, dict(predictor))
 
 
-def _expand(model: TDTModel, hyps: _Hypotheses, frames: torch.Tensor, lengths: torch.Tensor,
-            durations: torch.Tensor, max_symbols: int, zero: int | None, one: int | None) -> _Hypotheses:
-    """One label step: every open hypothesis takes one (token, duration); the ``K`` best of those and of the
-    finished hypotheses are kept. frames: [B, T, H]; lengths: [B]; durations: [D] frames per duration output,
-    ``zero`` / ``one`` the indices of durations 0 and 1 (None: not among them)."""
-    b, k = hyps.score.shape
+def _feed_pending(model: TDTModel, hyps: _Buckets, bucket: int) -> torch.Tensor:
+    """Feeds ``bucket``'s pending tokens to the predictor, in place -> its predictor output [B * K, H].
+
+    A new hypothesis copies its parent's predictor context and its token waits here: the predictor then steps
+    the K hypotheses being expanded, not every slot an expansion was ranked into."""
+    b, s, k = hyps.score.shape
+    device = hyps.score.device
+    flat = ((torch.arange(b, device=device)[:, None] * s + bucket) * k + torch.arange(k, device=device)).reshape(-1)
+    out, state = model.predictor_from_rows({name: rows[flat] for name, rows in hyps.predictor.items()})
+    pending = hyps.pending[:, bucket].reshape(-1)
+    fed = pending >= 0
+    new_out, new_state = model.predictor_step(torch.where(fed, pending, model.blank_id), state)
+    out = torch.where(fed[:, None], new_out, out)
+    state = model.predictor_select(fed, new_state, state)
+    for name, rows in model.predictor_rows(out, state).items():
+        hyps.predictor[name][flat] = rows
+    hyps.pending[:, bucket] = -1
+    return out
+
+
+def _expansions(model: TDTModel, logits: torch.Tensor, run: torch.Tensor, durations: torch.Tensor,
+                max_symbols: int, zero: int | None, one: int | None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits: [B, K, V + D] of the hypotheses being expanded; run: [B, K] -> (log-probability of every (token,
+    duration) [B, K, V, D], the frames each moves on [B, K, V, D], greedy's pick [B, K] as token * D + duration).
+    ``zero`` / ``one``: the indices of durations 0 and 1 (None: not among them)."""
+    b, k, _ = logits.shape
     v, d = model.vocab_size, durations.shape[0]
-    blank = model.blank_id
-    rows = torch.arange(b, device=frames.device)[:, None]
-    open_ = (hyps.position < lengths[:, None]) & (hyps.score > _NEG_INF)
-    at = frames[rows, hyps.position.clamp(max=frames.shape[1] - 1)]  # [B, K, H]
-    logits = model.joint(at.reshape(b * k, -1), hyps.predictor_out).float()
-    token_lp = logits[:, :v].log_softmax(-1).view(b, k, v, 1)
-    duration_lp = logits[:, v:].log_softmax(-1).view(b, k, 1, d).expand(b, k, v, d)
+    token_lp = logits[..., :v].log_softmax(-1)[..., None]
+    duration_lp = logits[..., v:].log_softmax(-1)[:, :, None, :].expand(b, k, v, d)
+    must_move = torch.zeros(b, k, v, dtype=torch.bool, device=logits.device)
+    must_move[..., model.blank_id] = True
+    must_move |= (run + 1 >= max_symbols)[..., None]  # NeMo's guard, as greedy decoding applies it
+    advance = torch.where(must_move[..., None] & (durations == 0), 1, durations.expand(b, k, v, d))
+    # Greedy's pick, taken as TDTGreedy's rule takes it (the argmax of the logits), so beam 1 is greedy exactly.
+    token, duration = logits[..., :v].argmax(-1), logits[..., v:].argmax(-1)
     if zero is not None and one is not None:
-        # Where staying is not allowed (a blank; a token past the frame's max_symbols), duration 0 moves one
-        # frame, the same move as duration 1: the two are one candidate, scored by the likelier (greedy's pick
-        # when duration 0 is its argmax), so no beam holds a duplicate.
-        moved = torch.zeros(b, k, v, dtype=torch.bool, device=frames.device)
-        moved[..., blank] = True
-        moved |= (hyps.run + 1 >= max_symbols)[..., None]
+        # Where staying is not allowed, duration 0 is duration 1's move: one candidate, scored by the likelier
+        # (greedy's pick when duration 0 is its argmax).
         merged = torch.maximum(duration_lp[..., zero], duration_lp[..., one])
         duration_lp = duration_lp.clone()
-        duration_lp[..., one] = torch.where(moved, merged, duration_lp[..., one])
-        duration_lp[..., zero] = torch.where(moved, _NEG_INF, duration_lp[..., zero])
-    expanded = torch.where(open_[..., None, None], hyps.score[..., None, None] + token_lp + duration_lp, _NEG_INF)
-    finished = torch.where(open_, _NEG_INF, hyps.score)  # carried as they are
-    score, index = torch.cat([expanded.reshape(b, k * v * d), finished], dim=1).topk(k, dim=1)
-    is_step = index < k * v * d
-    parent = torch.where(is_step, index // (v * d), index - k * v * d)
-    token = torch.where(is_step, (index // d) % v, blank)
-    advance = torch.where(is_step, durations[index % d], 0)
-    emit = is_step & (token != blank)
-    advance = torch.where(is_step & ~emit & (advance == 0), 1, advance)  # a blank never stays on its frame
-    run = torch.where(emit & (advance == 0), hyps.run.gather(1, parent) + 1, 0)
-    forced = run >= max_symbols  # NeMo's guard, as greedy decoding applies it
-    advance = torch.where(forced, 1, advance)
-    run = torch.where(forced, 0, torch.where(is_step, run, hyps.run.gather(1, parent)))
-    count = hyps.count.gather(1, parent)
-    tokens = hyps.tokens.gather(1, parent[..., None].expand(-1, -1, hyps.tokens.shape[2])).clone()
-    tokens.scatter_(2, count[..., None], torch.where(emit, token, -1)[..., None])  # the last slot absorbs blanks
-    flat_parent = (parent + rows * k).reshape(-1)
-    state = model.predictor_gather(hyps.state, flat_parent)
-    out = hyps.predictor_out[flat_parent]
-    flat_emit = emit.reshape(-1)
-    new_out, new_state = model.predictor_step(token.reshape(-1), state)
-    out = torch.where(flat_emit[:, None], new_out, out)
-    state = model.predictor_select(flat_emit, new_state, state)
-    return _Hypotheses(score, hyps.position.gather(1, parent) + advance, run, count + emit.long(), tokens, out,
-                       state)
+        duration_lp[..., one] = torch.where(must_move, merged, duration_lp[..., one])
+        duration_lp[..., zero] = torch.where(must_move, _NEG_INF, duration_lp[..., zero])
+        greedy_moves = (token == model.blank_id) | (run + 1 >= max_symbols)
+        duration = torch.where(greedy_moves & (duration == zero), one, duration)
+    return token_lp + duration_lp, advance, token * d + duration
+
+
+def _rank(hyps: _Buckets, t: int, lengths: torch.Tensor, score: torch.Tensor, lands: torch.Tensor,
+          protected: torch.Tensor, moves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ranks frame ``t``'s expansions into the buckets they land on.
+
+    score / lands / protected: [B, 1, N] the expansions' scores (-inf: none), frames moved (0: another round on
+    this frame) and whether it is greedy's; moves: [M] the moves a hypothesis can make (durations, 0 as 1).
+    -> per bucket, in frame order t, t + 1, ... ([B, S, K] each): the kept scores, their index among the
+    bucket's present hypotheses (< K) and the expansions (K + n), and whether each is greedy's path."""
+    b, s, k = hyps.score.shape
+    order = (t + torch.arange(s, device=score.device)) % s
+    present = hyps.score[:, order]
+    # The current frame's hypotheses are all expanded; a row past its frames keeps its finished ones as they are.
+    present[:, 0] = torch.where((lengths > t)[:, None], _NEG_INF, present[:, 0])
+    to = torch.arange(s, device=score.device)[None, :, None]
+    pool = torch.cat([present, torch.where(lands == to, score, _NEG_INF)], dim=2)  # [B, S, K + N]
+    greedy = torch.cat([hyps.greedy[:, order], protected & (lands == to)], dim=2) & (pool > _NEG_INF)
+    # Greedy's path ranks first in its bucket; with one beam nothing else is kept.
+    key = torch.where(greedy, _INF, pool if k > 1 else _NEG_INF)
+    top, index = key.topk(k, dim=2)
+    kept = top > _NEG_INF
+    score, greedy = torch.where(kept, pool.gather(2, index), _NEG_INF), greedy.gather(2, index) & kept
+    # A hypothesis staying on the frame only loses log-probability from here and lands within the longest move,
+    # so one below the last kept score of every bucket it can land on could never be kept there: it is dropped
+    # now (an exact cut), or every frame would run max_symbols rounds of hopeless tokens.
+    floor = score.amin(dim=2)  # [B, S]: -inf while a bucket has room
+    lands_on = torch.minimum(moves[None, :], (lengths - t).clamp(min=1)[:, None])  # [B, M]
+    hopeless = (score[:, 0] < floor.gather(1, lands_on).amin(dim=1)[:, None]) & (index[:, 0] >= k) & ~greedy[:, 0]
+    score[:, 0] = torch.where(hopeless, _NEG_INF, score[:, 0])
+    return score, index, greedy
+
+
+def _round(model: TDTModel, hyps: _Buckets, frames: torch.Tensor, t: int, lengths: torch.Tensor,
+           durations: torch.Tensor, max_symbols: int, zero: int | None, one: int | None) -> _Buckets:
+    """One round on frame ``t``: its bucket's hypotheses take every (token, duration); each bucket keeps its
+    ``K`` best of what it held and what lands on it. frames: [B, T, H]; lengths: [B]; durations: [D]."""
+    moves = durations.clamp(min=1)
+    b, s, k = hyps.score.shape
+    v, d = model.vocab_size, durations.shape[0]
+    device = frames.device
+    current = t % s
+    out = _feed_pending(model, hyps, current)
+    logits = model.joint(frames[:, t, None].expand(b, k, -1).reshape(b * k, -1), out).float().view(b, k, -1)
+    lp, advance, pick = _expansions(model, logits, hyps.run[:, current], durations, max_symbols, zero, one)
+    parent_score = hyps.score[:, current]
+    open_ = (lengths > t)[:, None] & (parent_score > _NEG_INF)
+    score = torch.where(open_[..., None, None], parent_score[..., None, None] + lp, _NEG_INF)
+    # A move past the row's last frame lands on the frame after it, where the finished hypotheses gather.
+    lands = torch.minimum(advance, (lengths - t).clamp(min=0)[:, None, None, None])
+    protected = hyps.greedy[:, current, :, None] & (torch.arange(v * d, device=device) == pick[..., None])
+    new_score, index, greedy = _rank(hyps, t, lengths, score.reshape(b, 1, -1), lands.reshape(b, 1, -1),
+                                     protected.reshape(b, 1, -1), moves)
+    # Back from frame order (t, t + 1, ...) to bucket order, then every field is one gather of its source slot.
+    by_bucket = (torch.arange(s, device=device) - t) % s
+    new_score, index, greedy = new_score[:, by_bucket], index[:, by_bucket], greedy[:, by_bucket]
+    expanded = index >= k
+    n = (index - k).clamp(min=0)
+    token = (n // d) % v
+    source_bucket = torch.where(expanded, current, torch.arange(s, device=device)[None, :, None])
+    source = (torch.arange(b, device=device)[:, None, None] * s + source_bucket) * k
+    source = (source + torch.where(expanded, n // (v * d), index)).reshape(-1)
+    emit = expanded & (new_score > _NEG_INF) & (token != model.blank_id)
+    run, count, pending = (field.reshape(-1)[source].view(b, s, k) for field in (hyps.run, hyps.count, hyps.pending))
+    stays = expanded & (torch.arange(s, device=device)[None, :, None] == current)
+    run = torch.where(stays, run + 1, torch.where(expanded, 0, run))
+    pending = torch.where(expanded, torch.where(emit, token, -1), pending)
+    tokens = hyps.tokens.view(b * s * k, -1)[source].view(b, s, k, -1)
+    tokens.scatter_(3, count[..., None], torch.where(emit, token, -1)[..., None])  # slot `count` is unused
+    predictor = {name: rows[source] for name, rows in hyps.predictor.items()}
+    return _Buckets(new_score, run, count + emit.long(), pending, greedy, tokens, predictor)
 
 
 def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: int,
@@ -105,27 +197,27 @@ def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: i
     """encoder_output: hidden [B, T, D], lengths [B] -> (best token ids per row, their log-probability [B])."""
     frames = model.project_encoder(encoder_output.hidden)
     b, t, _ = frames.shape
-    k = beam_size
     device = frames.device
     lengths = encoder_output.lengths.to(device)
     durations = torch.tensor(model.durations, dtype=torch.long, device=device)
     zero, one = (model.durations.index(n) if n in model.durations else None for n in (0, 1))
-    out, state = model.predictor_init(b * k, device)
-    score = torch.full((b, k), _NEG_INF, device=device)
-    score[:, 0] = 0.0
-    zeros = torch.zeros(b, k, dtype=torch.long, device=device)
+    num_buckets = max(1, *model.durations) + 1  # frames t .. t + longest move
     # Each frame holds at most max_symbols tokens; the extra slot takes the writes of steps that emit nothing.
-    tokens = torch.full((b, k, t * max_symbols + 1), -1, dtype=torch.long, device=device)
-    hyps = _Hypotheses(score, zeros, zeros.clone(), zeros.clone(), tokens, out, state)
-    # Every step moves an open hypothesis on or adds one of at most max_symbols tokens to its frame.
-    for _ in range(t * (max_symbols + 1)):
-        if not bool(((hyps.position < lengths[:, None]) & (hyps.score > _NEG_INF)).any()):  # one sync a step
-            break
-        hyps = _expand(model, hyps, frames, lengths, durations, max_symbols, zero, one)
-    best = hyps.score.argmax(dim=1)
-    chosen = hyps.tokens[torch.arange(b, device=device), best].cpu()  # the one read-back of the tokens
-    counts = hyps.count.gather(1, best[:, None]).squeeze(1).tolist()
-    return [row[:n].tolist() for row, n in zip(chosen, counts, strict=True)], hyps.score.gather(1, best[:, None])[:, 0]
+    hyps = _Buckets.start(model, b, num_buckets, beam_size, t * max_symbols + 1, device)
+    for frame in range(t):
+        # A round's expansions stay on the frame only as tokens, at most max_symbols of them: a bound on rounds.
+        for _ in range(max_symbols):
+            current = hyps.score[:, frame % num_buckets] > _NEG_INF
+            if not bool((current & (lengths > frame)[:, None]).any()):  # one host sync a round
+                break
+            hyps = _round(model, hyps, frames, frame, lengths, durations, max_symbols, zero, one)
+    rows = torch.arange(b, device=device)
+    finished = lengths % num_buckets  # the bucket of the frame after each row's last
+    score = hyps.score[rows, finished]  # [B, K]
+    best = score.argmax(dim=1)
+    chosen = hyps.tokens[rows, finished, best].cpu()  # the one read-back of the tokens
+    counts = hyps.count[rows, finished, best].tolist()
+    return [row[:n].tolist() for row, n in zip(chosen, counts, strict=True)], score.gather(1, best[:, None])[:, 0]
 
 
 @DECODE_STRATEGIES.register("tdt_beam")
