@@ -13,5 +13,5 @@ from oasr.streaming.runtime import StreamingRuntime
 
 STREAMING_RUNTIMES: Registry[type] = Registry(
     "streaming runtime",
-    lazy={"cache_aware": "oasr.streaming.cache_aware", "paraformer_chunked": "oasr.streaming.paraformer_chunked"},
+    lazy={"cache_aware": "oasr.streaming.cache_aware", "paraformer_chunked": "oasr.models.paraformer_streaming.runtime"},
     contract=StreamingRuntime)

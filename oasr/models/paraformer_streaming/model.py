@@ -74,7 +74,7 @@ class ChunkLogits:
 class ParaformerStreaming(Paraformer):
     """The offline Paraformer's modules (and key names), run chunk by chunk.
 
-    Streams go through the ``paraformer_chunked`` runtime (``oasr.streaming.paraformer_chunked``). A whole file
+    Streams go through the ``paraformer_chunked`` runtime (``oasr.models.paraformer_streaming.runtime``). A whole file
     decoded offline takes the same walk over its features (``cif_logits``): FunASR's model has no other
     inference, and its full-context encoder pass is not what the chunked checkpoint was trained for."""
 
