@@ -87,14 +87,16 @@ class KenLMByHistory(fl.LM):
 
 def flashlight_best(log_probs: torch.Tensor, blank: int, lexicon: Lexicon, lm_path: Path | None,
                     options: LexiconBeamOptions) -> tuple[list[int], float]:
-    """log_probs: [T, V] -> (word ids, score) of flashlight's best hypothesis, pruned by the beam alone."""
+    """log_probs: [T, V] -> (word ids, score) of flashlight's best hypothesis, pruned as ``options`` say (no
+    threshold is flashlight's 1e30, every token its beam_size_token=V)."""
     v = log_probs.shape[-1]
     trie = fl.Trie(v, blank)
     for word, spelling in enumerate(lexicon.spellings):
         trie.insert(list(spelling), word, 0.0)
     trie.smear(fl.SmearingMode.NONE)
     decoder_options = fl.LexiconDecoderOptions(
-        beam_size=options.beam_size, beam_size_token=v, beam_threshold=1e30, lm_weight=options.lm_weight,
+        beam_size=options.beam_size, beam_size_token=options.beam_size_token or v,
+        beam_threshold=min(options.beam_threshold, 1e30), lm_weight=options.lm_weight,
         word_score=options.word_bonus, unk_score=float("-inf"), sil_score=0.0, log_add=True,
         criterion_type=fl.CriterionType.CTC)
     lm = KenLMByHistory(lm_path, lexicon.words)
@@ -136,14 +138,12 @@ def log_probs(loaded, speech) -> tuple[torch.Tensor, torch.Tensor]:
         return loaded.model.ctc_log_probs(encoded.hidden), encoded.lengths
 
 
-@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus",
-                         [(True, 4, 0.5, 0.0), (True, 8, 2.0, 1.5), (False, 8, 0.0, -0.5), (True, 2, 1.0, 3.0)])
-def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech, arpa, log_probs, with_lm,
-                                                                  beam_size, lm_weight, word_bonus) -> None:
+def search_and_flashlight(loaded, speech, arpa, log_probs, with_lm: bool,
+                          options: LexiconBeamOptions) -> tuple[list[list[int]], list[float]]:
+    """Runs the search with ``options``, asserts flashlight's best equals it on every row -> (words, scores)."""
     words = sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a", "dog"})
     lexicon = Lexicon.spelled(words, loaded.tokenizer)
     lm = NGramLM(arpa) if with_lm else None
-    options = LexiconBeamOptions(beam_size, lm_weight, word_bonus)
     lp, lengths = log_probs
     search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(lm, lexicon.words),
                                loaded.model.blank_id, options)
@@ -153,7 +153,38 @@ def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech
                                                  arpa if with_lm else None, options)
         assert got_words[row] == want_words
         assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6)
+    return got_words, got_scores
+
+
+@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus",
+                         [(True, 4, 0.5, 0.0), (True, 8, 2.0, 1.5), (False, 8, 0.0, -0.5), (True, 2, 1.0, 3.0)])
+def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech, arpa, log_probs, with_lm,
+                                                                  beam_size, lm_weight, word_bonus) -> None:
+    got_words, _ = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
+                                         LexiconBeamOptions(beam_size, lm_weight, word_bonus))
     assert sum(map(len, got_words)) >= 3, "the rows emitted (almost) no words: the comparison could not fail"
+
+
+@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus, beam_size_token, beam_threshold",
+                         [(True, 8, 1.0, 1.5, None, 5.0), (True, 8, 1.0, 1.5, 4, math.inf),
+                          (True, 4, 0.5, 0.0, 2, 3.0), (False, 8, 0.0, -0.5, 8, 10.0),
+                          (True, 4, -0.5, 2.0, 6, 4.0)])  # a negative weight: no bound before the LM
+def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, log_probs, with_lm, beam_size,
+                                                        lm_weight, word_bonus, beam_size_token,
+                                                        beam_threshold) -> None:
+    pruned = LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_size_token=beam_size_token,
+                                beam_threshold=beam_threshold)
+    _, scores = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm, pruned)
+    _, unpruned = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
+                                        LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_threshold=math.inf))
+    assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
+
+
+def test_pruning_knobs_are_checked() -> None:
+    with pytest.raises(ValueError, match="beam_size_token must be at least 1"):
+        LexiconBeamOptions(beam_size_token=0)
+    with pytest.raises(ValueError, match="beam_threshold must be >= 0"):
+        LexiconBeamOptions(beam_threshold=float("nan"))
 
 
 def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, speech, arpa, log_probs) -> None:
