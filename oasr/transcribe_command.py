@@ -94,6 +94,7 @@ def _transcribe_options(args: argparse.Namespace, *, timed_model: bool = True,
         word_timestamps=args.word_timestamps or (timed_words and args.diarization_model is not None),
         beam_size=args.beam_size, patience=args.patience, length_penalty=args.length_penalty, lm=args.lm,
         lexicon=args.lexicon, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+        beam_size_token=args.beam_size_token, beam_threshold=args.beam_threshold,
         hotwords=parse_hotwords(args.hotwords) if args.hotwords else (), decoding_graph=args.decoding_graph,
     )
 

@@ -15,7 +15,7 @@ import torch
 import oasr
 from oasr.cli import main
 from oasr.decode.ctc_lexicon_beam import LexiconBeamOptions, LexiconBeamSearch
-from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM
+from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM, arpa_unigrams
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.errors import UnsupportedOptionError
@@ -181,7 +181,7 @@ def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, lo
 
 
 def test_pruning_knobs_are_checked() -> None:
-    with pytest.raises(ValueError, match="beam_size_token must be at least 1"):
+    with pytest.raises(ValueError, match="beam_size_token must be an integer >= 1"):
         LexiconBeamOptions(beam_size_token=0)
     with pytest.raises(ValueError, match="beam_threshold must be >= 0"):
         LexiconBeamOptions(beam_threshold=float("nan"))
@@ -202,6 +202,37 @@ def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, sp
     assert [r.text.split() for r in results] == [[lexicon.words[w] for w in row] for row in words]
     greedy = oasr.transcribe([c.audio for c in speech], loaded, batch_size=3)
     assert [r.token_ids for r in greedy] != tokens
+
+
+def test_the_pruning_knobs_reach_the_search_from_the_api_the_engine_and_the_cli(loaded, model_dir, speech, arpa,
+                                                                                 log_probs, capsys) -> None:
+    lp, lengths = log_probs
+    lexicon = Lexicon.spelled(arpa_unigrams(arpa), loaded.tokenizer)  # the default lexicon: the ARPA file's words
+    knobs = {"beam_size_token": 2, "beam_threshold": 3.0}
+    weights = {"lm_weight": 1.0, "word_bonus": 1.5}
+
+    def searched(**pruning) -> list[list[int]]:
+        search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(NGramLM(arpa), lexicon.words),
+                                   loaded.model.blank_id, LexiconBeamOptions(4, **weights, **pruning))
+        return search.run(lp, lengths)[0]
+
+    pruned, unpruned = searched(**knobs), searched()
+    assert pruned != unpruned
+    audio = [c.audio for c in speech]
+    results = oasr.transcribe(audio, loaded, beam_size=4, lm=str(arpa), **weights, **knobs, batch_size=3)
+    assert [r.token_ids for r in results] == pruned
+    # One engine batch holds pruned and unpruned requests: each group gets its own search.
+    options = [DecodeOptions(beam_size=4, lm=str(arpa), **weights, **knobs), DecodeOptions(beam_size=4, lm=str(arpa),
+                                                                                          **weights)]
+    requests = [(f"{kind}-{row}", audio[row], o) for kind, o in enumerate(options) for row in range(len(audio))]
+    mixed = {out.request_id: out.token_ids for out in ASREngine(loaded, EngineConfig()).run(requests)}
+    assert [mixed[f"0-{row}"] for row in range(len(audio))] == pruned
+    assert [mixed[f"1-{row}"] for row in range(len(audio))] == unpruned
+    wav = audio_path(next(e for e in manifest_entries() if e["id"] == CLIP_IDS[0]))
+    assert main(["transcribe", str(wav), "--model", str(model_dir), "--device", "cpu", "--output-format", "jsonl",
+                 "--beam-size", "4", "--lm", str(arpa), "--lm-weight", "1.0", "--word-bonus", "1.5",
+                 "--beam-size-token", "2", "--beam-threshold", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == results[0].text
 
 
 def test_requests_with_and_without_the_lm_decode_side_by_side(loaded, speech, arpa) -> None:
@@ -243,7 +274,14 @@ def test_lm_options_are_refused_where_no_search_can_use_them() -> None:
         DecodeOptions(lm="x.arpa")
     with pytest.raises(ValueError, match="give lm or lexicon too"):
         DecodeOptions(beam_size=4, lm_weight=0.3)
+    with pytest.raises(ValueError, match="prune the word-level search: give lm or lexicon too"):
+        DecodeOptions(beam_size=4, beam_threshold=10.0)
+    with pytest.raises(ValueError, match="beam_size_token must be an integer >= 1"):
+        DecodeOptions(beam_size=4, lm="x.arpa", beam_size_token=0)
     whisper = capabilities_of(WhisperForConditionalGeneration)  # searches, but has no word-level search
     check_options(whisper, DecodeOptions(beam_size=4), "whisper")
     with pytest.raises(UnsupportedOptionError, match="option lm "):
         check_options(whisper, DecodeOptions(beam_size=4, lm="x.arpa"), "whisper")
+    with pytest.raises(UnsupportedOptionError, match="option lexicon "):
+        check_options(whisper, DecodeOptions(beam_size=4, lexicon="w.txt", beam_size_token=8, beam_threshold=5.0),
+                      "whisper")

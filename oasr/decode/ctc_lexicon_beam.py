@@ -39,6 +39,7 @@ from oasr.decode.ctc_greedy import CTCModel
 from oasr.decode.lexicon import (DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM, Spelling,
                                  arpa_unigrams)
 from oasr.decode.pending import LaunchesEagerly
+from oasr.types import check_pruning
 
 _NEG_INF = float("-inf")
 # The bound-based pruning compares sums computed in different orders: keep what lies within this of the bar.
@@ -62,14 +63,6 @@ class LexiconBeamOptions:
         check_pruning(self.beam_size_token, self.beam_threshold)
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
-
-
-def check_pruning(beam_size_token: int | None, beam_threshold: float | None) -> None:
-    """The pruning knobs' ranges (None: the default), shared with the request options."""
-    if beam_size_token is not None and beam_size_token < 1:
-        raise ValueError(f"beam_size_token must be at least 1, got {beam_size_token}")
-    if beam_threshold is not None and not beam_threshold >= 0:  # NaN fails too
-        raise ValueError(f"beam_threshold must be >= 0 (inf: no threshold), got {beam_threshold}")
 
 
 @dataclass
