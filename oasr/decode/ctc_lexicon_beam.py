@@ -217,8 +217,11 @@ class LexiconBeamSearch:
         best = torch.maximum(best_plain, word_score.max(1, keepdim=True).values)
         plain = torch.where(cands.plain_score >= best - threshold, cands.plain_score, _NEG_INF)
         word_score = torch.where(word_score >= best - threshold, word_score, _NEG_INF)
-        return self._select(hyps, cands, history, _merge(plain, cands.plain_group),
-                            _merge(word_score, cands.word_group), layout)
+        # One merge over both kinds: word groups follow the plain ones (no state is reached by both).
+        num_plain = plain.shape[1]
+        merged = _merge(torch.cat([plain, word_score], 1),
+                        torch.cat([cands.plain_group, cands.word_group + num_plain], 1))
+        return self._select(hyps, cands, history, merged, layout)
 
     def _candidates(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout) -> _Frame:
         b, k = hyps.score.shape
@@ -298,18 +301,18 @@ class LexiconBeamSearch:
         lm[at] = torch.tensor(scores, dtype=torch.float64).to(asked.device)
         return history.view(b, m).gather(1, group), lm.view(b, m).gather(1, group)
 
-    def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, plain: tuple[torch.Tensor, torch.Tensor],
-                words: tuple[torch.Tensor, torch.Tensor],
+    def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, merged: tuple[torch.Tensor, torch.Tensor],
                 layout: _Layout) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The best ``beam_size`` merged states of each row, from both kinds of candidates ((merged, winner) per
-        group, each [B, M]) -> what ``_step`` returns."""
+        """The best ``beam_size`` merged states of each row ((merged score, winner slot) per group [B, Mn + Mw],
+        the word candidates' slots after the plain ones) -> what ``_step`` returns."""
         k = self.options.beam_size
         num_plain, num_word = cands.plain_score.shape[1], cands.word_score.shape[1]
-        score, pick = torch.cat([plain[0], words[0]], 1).topk(k, dim=1)
+        score, pick = merged[0].topk(k, dim=1)
         live = score > _NEG_INF
-        is_word = pick >= num_plain
-        plain_slot = plain[1].gather(1, pick.clamp(max=num_plain - 1)).clamp(max=num_plain - 1)
-        word_slot = words[1].gather(1, (pick - num_plain).clamp(min=0)).clamp(max=num_word - 1)
+        slot = merged[1].gather(1, pick).clamp(max=num_plain + num_word - 1)
+        is_word = slot >= num_plain
+        plain_slot = slot.clamp(max=num_plain - 1)
+        word_slot = (slot - num_plain).clamp(min=0)
         plain_parent = layout.plain_parent[plain_slot]
         parent = torch.where(is_word, layout.word_parent[word_slot], plain_parent)
         token = torch.where(is_word, cands.tokens.gather(1, layout.word_position[word_slot]),
