@@ -153,6 +153,9 @@ class _Frame:
     word: torch.Tensor
     word_history: torch.Tensor
     word_group: torch.Tensor
+    # [B, Mw]: log of how many beams share the parent's place. A word state's candidates come from those beams,
+    # one each, so its log-sum-exp is at most its best candidate plus this.
+    word_spread: torch.Tensor
 
 
 class LexiconBeamSearch:
@@ -210,7 +213,7 @@ class LexiconBeamSearch:
             best_bound = torch.maximum(best_plain, bound.max(1, keepdim=True).values)
             sure = torch.where(cands.plain_score >= best_bound - threshold, cands.plain_score, _NEG_INF)
             floor = _kth_best(_group_max(sure, cands.plain_group), options.beam_size)
-            state_bound = _log_sum_exp(bound, cands.word_group)[0].gather(1, cands.word_group)
+            state_bound = _group_max(bound, cands.word_group).gather(1, cands.word_group) + cands.word_spread
             asked &= state_bound >= floor - _ROUNDING_SLACK
         history, lm = self._ask_lm(cands, asked)
         word_score = torch.where(asked, cands.word_score + options.lm_weight * lm + options.word_bonus, _NEG_INF)
@@ -257,29 +260,32 @@ class LexiconBeamSearch:
         repeat_at_root = at_root[..., None] & (beam_tokens == hyps.token[..., None])
         ends = (moves & ~repeat_at_root)[..., None] & (labels >= 0)
         word_score = torch.where(ends, extended[..., None], _NEG_INF).view(b, -1)
-        place, plain_group = self._plain_groups(hyps, token_position, layout)
+        place, sharing, plain_group = self._plain_groups(hyps, token_position, layout)
         # A word's state is (its history extended by the word, the root, the token): one per place, token and
         # label, as the word fixes the node its spelling ends at.
         word_group = (place[:, :, None] * n + layout.positions)[..., None] * layout.num_labels
         word_group = (word_group + torch.arange(layout.num_labels, device=frame.device)).view(b, -1)
         return _Frame(tokens, plain_score, plain_node, plain_token, plain_group, word_score, labels.view(b, -1),
-                      hyps.history[:, layout.word_parent], word_group)
+                      hyps.history[:, layout.word_parent], word_group,
+                      sharing.double().log()[:, layout.word_parent])
 
     def _plain_groups(self, hyps: _Hyps, token_position: torch.Tensor,
-                      layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (each beam's place [B, K]: the first beam of its row with its history and node; each candidate
-        without a word's state group [B, Mn]). Beams of one place reach the same states by the same move, so their
-        candidates share the slots of the place's beam; a beam inside a word staying on its node is the state that
-        beams of its history one node up reach by its token (its last token spelled its node)."""
+                      layout: _Layout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (each beam's place [B, K]: the first beam of its row with its history and node; how many beams share
+        it [B, K]; each candidate without a word's state group [B, Mn]). Beams of one place reach the same states by
+        the same move, so their candidates share the slots of the place's beam; a beam inside a word staying on its
+        node is the state that beams of its history one node up reach by its token (its last token spelled its
+        node)."""
         k, n = hyps.score.shape[1], layout.num_tokens
         same_history = hyps.history[:, :, None] == hyps.history[:, None, :]  # [B, K, K]
-        place = (same_history & (hyps.node[:, :, None] == hyps.node[:, None, :])).long().argmax(2)
+        same_place = same_history & (hyps.node[:, :, None] == hyps.node[:, None, :])
+        place = same_place.long().argmax(2)
         up = same_history & (hyps.node[:, None, :] == self.trie.parent[hyps.node][:, :, None])
         from_up = up.any(2) & (token_position >= 0) & (hyps.node != 0)
         up_place = place.gather(1, up.long().argmax(2))
         stay = torch.where(from_up, up_place * n + token_position, k * n + place)
         inside = (place[:, :, None] * n + layout.positions).view(-1, k * n)
-        return place, torch.cat([inside, stay, k * n + k + place], 1)
+        return place, same_place.sum(2), torch.cat([inside, stay, k * n + k + place], 1)
 
     def _ask_lm(self, cands: _Frame, asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> (the extended history ids, the words' log10 probabilities) [B, Mw] where ``asked``. The candidates
