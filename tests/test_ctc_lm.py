@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -178,6 +179,40 @@ def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, lo
     _, unpruned = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
                                         LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_threshold=math.inf))
     assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
+
+
+def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> None:
+    """Seeded random log-probs, lexicon (distinct spellings of 1-3 tokens) and bigram LM, over random beams,
+    weights (a negative LM weight too) and pruning knobs. Not with both weights 0: a word's completion then ties
+    with spelling on, and flashlight itself breaks such ties differently from run to run."""
+    rng = random.Random(0)
+    vocab, blank = 21, 20
+    spellings: dict[tuple[int, ...], str] = {}
+    while len(spellings) < 40:
+        spellings.setdefault(tuple(rng.randrange(blank) for _ in range(rng.randint(1, 3))), f"w{len(spellings)}")
+    lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
+    arpa = write_bigram_arpa(tmp_path / "lm.arpa",
+                             [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
+    lm = NGramLM(arpa)
+    pruned_cases = 0
+    for case in range(30):
+        frames = rng.randint(5, 30)
+        torch.manual_seed(case)
+        logits = torch.randn(3, frames, vocab) * rng.choice([0.5, 2.0, 4.0])
+        logits[..., blank] += rng.choice([0.0, 2.0])
+        lp = logits.log_softmax(-1)
+        lengths = torch.tensor([frames, max(1, frames - 3), frames])
+        options = LexiconBeamOptions(rng.choice([1, 2, 4, 8]), rng.choice([0.5, 2.0, -0.5]),
+                                     rng.choice([-1.0, 0.0, 1.5]), beam_size_token=rng.choice([None, 1, 3, 8]),
+                                     beam_threshold=rng.choice([math.inf, 50.0, 5.0, 1.0]))
+        pruned_cases += options.beam_size_token is not None or options.beam_threshold < 50
+        search = LexiconBeamSearch(LexiconTrie.build(lexicon, vocab), LMHistories(lm, lexicon.words), blank, options)
+        _, got_words, got_scores = search.run(lp, lengths)
+        for row in range(3):
+            want_words, want_score = flashlight_best(lp[row, : lengths[row]], blank, lexicon, arpa, options)
+            assert got_words[row] == want_words, (case, row, options)
+            assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6), (case, row, options)
+    assert pruned_cases >= 15
 
 
 def test_pruning_knobs_are_checked() -> None:
