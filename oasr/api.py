@@ -75,6 +75,8 @@ def transcribe(
     lexicon: str | None = None,
     lm_weight: float | None = None,
     word_bonus: float | None = None,
+    beam_size_token: int | None = None,
+    beam_threshold: float | None = None,
     hotwords: str | Sequence[Hotword] = (),
     decoding_graph: str | None = None,
     rescore_weight: float | None = None,
@@ -96,7 +98,8 @@ def transcribe(
     ``punctuation=False`` asks them for text without punctuation and capitals.
     ``beam_size`` decodes by beam search (openai-whisper's, with ``patience`` and ``length_penalty``) instead of
     greedily; each window then decodes on ``beam_size`` rows. On CTC models, ``lm`` (a KenLM file) and ``lexicon``
-    (words, one a line) make it a word-level search weighted by ``lm_weight`` and ``word_bonus``; ``hotwords``
+    (words, one a line) make it a word-level search weighted by ``lm_weight`` and ``word_bonus`` and pruned by
+    ``beam_size_token`` and ``beam_threshold`` (flashlight's knobs, ``oasr.decode.ctc_lexicon_beam``); ``hotwords``
     (``Hotword``s, or ``"phrase[:boost],..."`` / ``"@FILE"``) favours phrases in the search. ``decoding_graph``
     (CTC models: an OpenFst HLG/TLG graph file) decodes over that graph instead (``oasr.decode.ctc_wfst``).
     ``rescore_weight`` (CTC + attention models, with ``beam_size``) is the attention decoder's share of the score
@@ -110,6 +113,7 @@ def transcribe(
                                     timestamps=timestamps, prompt=prompt, word_timestamps=word_timestamps, vad=vad,
                                     beam_size=beam_size, patience=patience, length_penalty=length_penalty,
                                     lm=lm, lexicon=lexicon, lm_weight=lm_weight, word_bonus=word_bonus,
+                                    beam_size_token=beam_size_token, beam_threshold=beam_threshold,
                                     hotwords=parse_hotwords(hotwords) if isinstance(hotwords, str) else tuple(hotwords),
                                     decoding_graph=decoding_graph, rescore_weight=rescore_weight,
                                     punctuate=None if punctuate is None else str(punctuate))

@@ -78,15 +78,28 @@ def check_beam_options(beam_size: int | None, patience: float | None, length_pen
 
 
 def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None, lm_weight: float | None,
-                     word_bonus: float | None, hotwords: tuple = ()) -> None:
-    """A language model, lexicon or hotwords steer a beam search: they need ``beam_size``; the weights need a
-    language model or lexicon."""
+                     word_bonus: float | None, hotwords: tuple = (), beam_size_token: int | None = None,
+                     beam_threshold: float | None = None) -> None:
+    """A language model, lexicon or hotwords steer a beam search: they need ``beam_size``; the weights and the
+    word-level search's pruning knobs need a language model or lexicon."""
     if (lm is not None or lexicon is not None) and beam_size is None:
         raise ValueError("lm and lexicon steer beam search: give beam_size too")
     if hotwords and beam_size is None:
         raise ValueError("hotwords bias beam search: give beam_size too")
     if (lm_weight is not None or word_bonus is not None) and lm is None and lexicon is None:
         raise ValueError("lm_weight and word_bonus weigh a language model or lexicon: give lm or lexicon too")
+    if (beam_size_token is not None or beam_threshold is not None) and lm is None and lexicon is None:
+        raise ValueError("beam_size_token and beam_threshold prune the word-level search: give lm or lexicon too")
+    check_pruning(beam_size_token, beam_threshold)
+
+
+def check_pruning(beam_size_token: int | None, beam_threshold: float | None) -> None:
+    """The word-level search's pruning knobs (flashlight's beamSizeToken and beamThreshold; None: the default)."""
+    if beam_size_token is not None and (isinstance(beam_size_token, bool) or not isinstance(beam_size_token, int)
+                                        or beam_size_token < 1):
+        raise ValueError(f"beam_size_token must be an integer >= 1 (or None: every token), got {beam_size_token!r}")
+    if beam_threshold is not None and not beam_threshold >= 0:  # NaN fails too
+        raise ValueError(f"beam_threshold must be >= 0 (inf: no threshold), got {beam_threshold}")
 
 
 def check_rescore_weight(beam_size: int | None, rescore_weight: float | None) -> None:
@@ -163,6 +176,8 @@ class TranscribeOptions:
     lexicon: str | None = None
     lm_weight: float | None = None
     word_bonus: float | None = None
+    beam_size_token: int | None = None  # see DecodeOptions
+    beam_threshold: float | None = None
     hotwords: tuple[Hotword, ...] = ()  # see DecodeOptions
     decoding_graph: str | None = None  # see DecodeOptions: CTC models
     rescore_weight: float | None = None  # see DecodeOptions: CTC + attention models
@@ -173,7 +188,8 @@ class TranscribeOptions:
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
-        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords,
+                         self.beam_size_token, self.beam_threshold)
         check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
         check_rescore_weight(self.beam_size, self.rescore_weight)
         if self.batch_size < 1:
@@ -219,11 +235,15 @@ class DecodeOptions:
     # Word-level beam search (CTC models, ``oasr.decode.ctc_lexicon_beam``): ``lm`` a KenLM file (ARPA or binary),
     # ``lexicon`` a file of words, one a line (default: the ARPA file's words); the search emits only lexicon
     # words and adds ``lm_weight`` (default 0.5) x the LM's log10 probability and ``word_bonus`` (default 0) per
-    # word.
+    # word. It prunes as flashlight's LexiconDecoder: per frame only the ``beam_size_token`` likeliest tokens
+    # (default: all) start lexicon moves, and candidates below the frame's best minus ``beam_threshold``
+    # (default 50, natural-log units; inf: none) are dropped before merging.
     lm: str | None = None
     lexicon: str | None = None
     lm_weight: float | None = None
     word_bonus: float | None = None
+    beam_size_token: int | None = None
+    beam_threshold: float | None = None
     # Hotwords (``oasr.decode.hotwords``): a beam search adds each phrase's boost per token of it that a
     # hypothesis spells, and keeps it for completed phrases only.
     hotwords: tuple[Hotword, ...] = ()
@@ -240,7 +260,8 @@ class DecodeOptions:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
-        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords,
+                         self.beam_size_token, self.beam_threshold)
         check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
         check_rescore_weight(self.beam_size, self.rescore_weight)
         if self.beam_size is not None and self.temperature > 0:
@@ -256,11 +277,12 @@ class DecodeOptions:
 
 
 def word_search_fields(options: DecodeOptions | TranscribeOptions, keep: bool = True) -> dict[str, Any]:
-    """The fields that steer a beam search beyond its size (lm, lexicon, weights, hotwords) to
-    pass on, or (``keep=False``) their defaults, for a window that samples instead of searching; and the decoding
-    graph, which needs no beam_size and so goes with every window."""
+    """The fields that steer a beam search beyond its size (lm, lexicon, lm_weight, word_bonus, beam_size_token,
+    beam_threshold, rescore_weight, hotwords) to pass on, or (``keep=False``) their defaults, for a window that
+    samples instead of searching; and the decoding graph, which needs no beam_size and so goes with every window."""
     fields = {"lm": options.lm, "lexicon": options.lexicon, "lm_weight": options.lm_weight,
-              "word_bonus": options.word_bonus, "rescore_weight": options.rescore_weight}
+              "word_bonus": options.word_bonus, "beam_size_token": options.beam_size_token,
+              "beam_threshold": options.beam_threshold, "rescore_weight": options.rescore_weight}
     searched = {**fields, "hotwords": options.hotwords} if keep else {**dict.fromkeys(fields), "hotwords": ()}
     return {**searched, "decoding_graph": options.decoding_graph}
 

@@ -27,9 +27,11 @@ def test_the_trigram_file_loads_in_kenlm_and_scores_by_two_words_of_history(tmp_
 def test_the_bench_prints_beam_and_greedy_results_and_skips_a_missing_pyctcdecode(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "pyctcdecode", None)  # import fails, as on a machine without it
     result = ctc_lm.main(["--arch", "tiny", "--num-utterances", "3", "--device", "cpu", "--num-words", "60",
-                          "--num-sentences", "200", "--rounds", "1", "--pyctcdecode-clips", "2"])
+                          "--num-sentences", "200", "--rounds", "1", "--pyctcdecode-clips", "2",
+                          "--beam-size-token", "16", "--beam-threshold", "30"])
     assert set(result) >= {"greedy", "beam_lm", "beam_over_greedy_time", "pyctcdecode", "lm", "audio_seconds"}
     assert result["utterances"] == 3 and result["beam_size"] == 8 and result["lm"]["order"] == 3
+    assert result["beam_size_token"] == 16 and result["beam_threshold"] == 30
     assert result["greedy"]["seconds"] > 0 and result["beam_lm"]["seconds"] > 0
     assert result["beam1_equals_greedy"] is True
     assert result["beam_words_in_lexicon"] is True and result["beam_lm"]["words_per_clip"] > 0

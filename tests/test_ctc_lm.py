@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 import oasr
 from oasr.cli import main
 from oasr.decode.ctc_lexicon_beam import LexiconBeamOptions, LexiconBeamSearch
-from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM
+from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM, arpa_unigrams
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.errors import UnsupportedOptionError
@@ -87,14 +88,16 @@ class KenLMByHistory(fl.LM):
 
 def flashlight_best(log_probs: torch.Tensor, blank: int, lexicon: Lexicon, lm_path: Path | None,
                     options: LexiconBeamOptions) -> tuple[list[int], float]:
-    """log_probs: [T, V] -> (word ids, score) of flashlight's best hypothesis, pruned by the beam alone."""
+    """log_probs: [T, V] -> (word ids, score) of flashlight's best hypothesis, pruned as ``options`` say (no
+    threshold is flashlight's 1e30, every token its beam_size_token=V)."""
     v = log_probs.shape[-1]
     trie = fl.Trie(v, blank)
     for word, spelling in enumerate(lexicon.spellings):
         trie.insert(list(spelling), word, 0.0)
     trie.smear(fl.SmearingMode.NONE)
     decoder_options = fl.LexiconDecoderOptions(
-        beam_size=options.beam_size, beam_size_token=v, beam_threshold=1e30, lm_weight=options.lm_weight,
+        beam_size=options.beam_size, beam_size_token=options.beam_size_token or v,
+        beam_threshold=min(options.beam_threshold, 1e30), lm_weight=options.lm_weight,
         word_score=options.word_bonus, unk_score=float("-inf"), sil_score=0.0, log_add=True,
         criterion_type=fl.CriterionType.CTC)
     lm = KenLMByHistory(lm_path, lexicon.words)
@@ -136,14 +139,12 @@ def log_probs(loaded, speech) -> tuple[torch.Tensor, torch.Tensor]:
         return loaded.model.ctc_log_probs(encoded.hidden), encoded.lengths
 
 
-@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus",
-                         [(True, 4, 0.5, 0.0), (True, 8, 2.0, 1.5), (False, 8, 0.0, -0.5), (True, 2, 1.0, 3.0)])
-def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech, arpa, log_probs, with_lm,
-                                                                  beam_size, lm_weight, word_bonus) -> None:
+def search_and_flashlight(loaded, speech, arpa, log_probs, with_lm: bool,
+                          options: LexiconBeamOptions) -> tuple[list[list[int]], list[float]]:
+    """Runs the search with ``options``, asserts flashlight's best equals it on every row -> (words, scores)."""
     words = sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a", "dog"})
     lexicon = Lexicon.spelled(words, loaded.tokenizer)
     lm = NGramLM(arpa) if with_lm else None
-    options = LexiconBeamOptions(beam_size, lm_weight, word_bonus)
     lp, lengths = log_probs
     search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(lm, lexicon.words),
                                loaded.model.blank_id, options)
@@ -153,7 +154,72 @@ def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech
                                                  arpa if with_lm else None, options)
         assert got_words[row] == want_words
         assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6)
+    return got_words, got_scores
+
+
+@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus",
+                         [(True, 4, 0.5, 0.0), (True, 8, 2.0, 1.5), (False, 8, 0.0, -0.5), (True, 2, 1.0, 3.0)])
+def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech, arpa, log_probs, with_lm,
+                                                                  beam_size, lm_weight, word_bonus) -> None:
+    got_words, _ = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
+                                         LexiconBeamOptions(beam_size, lm_weight, word_bonus))
     assert sum(map(len, got_words)) >= 3, "the rows emitted (almost) no words: the comparison could not fail"
+
+
+@pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus, beam_size_token, beam_threshold",
+                         [(True, 8, 1.0, 1.5, None, 5.0), (True, 8, 1.0, 1.5, 4, math.inf),
+                          (True, 4, 0.5, 0.0, 2, 3.0), (False, 8, 0.0, -0.5, 8, 10.0),
+                          (True, 4, -0.5, 2.0, 6, 4.0)])  # a negative weight: no bound before the LM
+def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, log_probs, with_lm, beam_size,
+                                                        lm_weight, word_bonus, beam_size_token,
+                                                        beam_threshold) -> None:
+    pruned = LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_size_token=beam_size_token,
+                                beam_threshold=beam_threshold)
+    _, scores = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm, pruned)
+    _, unpruned = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
+                                        LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_threshold=math.inf))
+    assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
+
+
+def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> None:
+    """Seeded random log-probs, lexicon (distinct spellings of 1-3 tokens) and bigram LM, over random beams,
+    weights (a negative LM weight too) and pruning knobs. Not with both weights 0: a word's completion then ties
+    with spelling on, and flashlight itself breaks such ties differently from run to run."""
+    rng = random.Random(0)
+    vocab, blank = 21, 20
+    spellings: dict[tuple[int, ...], str] = {}
+    while len(spellings) < 40:
+        spellings.setdefault(tuple(rng.randrange(blank) for _ in range(rng.randint(1, 3))), f"w{len(spellings)}")
+    lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
+    arpa = write_bigram_arpa(tmp_path / "lm.arpa",
+                             [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
+    lm = NGramLM(arpa)
+    pruned_cases = 0
+    for case in range(30):
+        frames = rng.randint(5, 30)
+        torch.manual_seed(case)
+        logits = torch.randn(3, frames, vocab) * rng.choice([0.5, 2.0, 4.0])
+        logits[..., blank] += rng.choice([0.0, 2.0])
+        lp = logits.log_softmax(-1)
+        lengths = torch.tensor([frames, max(1, frames - 3), frames])
+        options = LexiconBeamOptions(rng.choice([1, 2, 4, 8]), rng.choice([0.5, 2.0, -0.5]),
+                                     rng.choice([-1.0, 0.0, 1.5]), beam_size_token=rng.choice([None, 1, 3, 8]),
+                                     beam_threshold=rng.choice([math.inf, 50.0, 5.0, 1.0]))
+        pruned_cases += options.beam_size_token is not None or options.beam_threshold < 50
+        search = LexiconBeamSearch(LexiconTrie.build(lexicon, vocab), LMHistories(lm, lexicon.words), blank, options)
+        _, got_words, got_scores = search.run(lp, lengths)
+        for row in range(3):
+            want_words, want_score = flashlight_best(lp[row, : lengths[row]], blank, lexicon, arpa, options)
+            assert got_words[row] == want_words, (case, row, options)
+            assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6), (case, row, options)
+    assert pruned_cases >= 15
+
+
+def test_pruning_knobs_are_checked() -> None:
+    with pytest.raises(ValueError, match="beam_size_token must be an integer >= 1"):
+        LexiconBeamOptions(beam_size_token=0)
+    with pytest.raises(ValueError, match="beam_threshold must be >= 0"):
+        LexiconBeamOptions(beam_threshold=float("nan"))
 
 
 def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, speech, arpa, log_probs) -> None:
@@ -171,6 +237,37 @@ def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, sp
     assert [r.text.split() for r in results] == [[lexicon.words[w] for w in row] for row in words]
     greedy = oasr.transcribe([c.audio for c in speech], loaded, batch_size=3)
     assert [r.token_ids for r in greedy] != tokens
+
+
+def test_the_pruning_knobs_reach_the_search_from_the_api_the_engine_and_the_cli(loaded, model_dir, speech, arpa,
+                                                                                 log_probs, capsys) -> None:
+    lp, lengths = log_probs
+    lexicon = Lexicon.spelled(arpa_unigrams(arpa), loaded.tokenizer)  # the default lexicon: the ARPA file's words
+    knobs = {"beam_size_token": 2, "beam_threshold": 3.0}
+    weights = {"lm_weight": 1.0, "word_bonus": 1.5}
+
+    def searched(**pruning) -> list[list[int]]:
+        search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(NGramLM(arpa), lexicon.words),
+                                   loaded.model.blank_id, LexiconBeamOptions(4, **weights, **pruning))
+        return search.run(lp, lengths)[0]
+
+    pruned, unpruned = searched(**knobs), searched()
+    assert pruned != unpruned
+    audio = [c.audio for c in speech]
+    results = oasr.transcribe(audio, loaded, beam_size=4, lm=str(arpa), **weights, **knobs, batch_size=3)
+    assert [r.token_ids for r in results] == pruned
+    # One engine batch holds pruned and unpruned requests: each group gets its own search.
+    options = [DecodeOptions(beam_size=4, lm=str(arpa), **weights, **knobs), DecodeOptions(beam_size=4, lm=str(arpa),
+                                                                                          **weights)]
+    requests = [(f"{kind}-{row}", audio[row], o) for kind, o in enumerate(options) for row in range(len(audio))]
+    mixed = {out.request_id: out.token_ids for out in ASREngine(loaded, EngineConfig()).run(requests)}
+    assert [mixed[f"0-{row}"] for row in range(len(audio))] == pruned
+    assert [mixed[f"1-{row}"] for row in range(len(audio))] == unpruned
+    wav = audio_path(next(e for e in manifest_entries() if e["id"] == CLIP_IDS[0]))
+    assert main(["transcribe", str(wav), "--model", str(model_dir), "--device", "cpu", "--output-format", "jsonl",
+                 "--beam-size", "4", "--lm", str(arpa), "--lm-weight", "1.0", "--word-bonus", "1.5",
+                 "--beam-size-token", "2", "--beam-threshold", "3"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == results[0].text
 
 
 def test_requests_with_and_without_the_lm_decode_side_by_side(loaded, speech, arpa) -> None:
@@ -212,7 +309,14 @@ def test_lm_options_are_refused_where_no_search_can_use_them() -> None:
         DecodeOptions(lm="x.arpa")
     with pytest.raises(ValueError, match="give lm or lexicon too"):
         DecodeOptions(beam_size=4, lm_weight=0.3)
+    with pytest.raises(ValueError, match="prune the word-level search: give lm or lexicon too"):
+        DecodeOptions(beam_size=4, beam_threshold=10.0)
+    with pytest.raises(ValueError, match="beam_size_token must be an integer >= 1"):
+        DecodeOptions(beam_size=4, lm="x.arpa", beam_size_token=0)
     whisper = capabilities_of(WhisperForConditionalGeneration)  # searches, but has no word-level search
     check_options(whisper, DecodeOptions(beam_size=4), "whisper")
     with pytest.raises(UnsupportedOptionError, match="option lm "):
         check_options(whisper, DecodeOptions(beam_size=4, lm="x.arpa"), "whisper")
+    with pytest.raises(UnsupportedOptionError, match="option lexicon "):
+        check_options(whisper, DecodeOptions(beam_size=4, lexicon="w.txt", beam_size_token=8, beam_threshold=5.0),
+                      "whisper")

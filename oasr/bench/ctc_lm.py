@@ -27,6 +27,15 @@ same values as ``--lm-weight``/``--word-bonus`` but weigh natural-log scores and
 its words differ: it is a speed reference, not a parity check (tests/test_ctc_lm.py checks parity against
 flashlight-text). The timed OASR runs are whole-engine (features, encoder, search) for both greedy and beam.
 
+OASR's search prunes as flashlight's LexiconDecoder does, with ``--beam-threshold`` (default 50, torchaudio's) and
+``--beam-size-token`` (default: every token) passed to it as they are; pyctcdecode keeps its own defaults (it
+skips tokens below log-prob -5 and drops beams 10 below the best). Closer to that pruning, in one run::
+
+    PYTHONPATH=$PWD:$PWD/wheels/kenlm:$PWD/wheels/pyctc/pyctcdecode-0.5.0-py2.py3-none-any.whl:\
+$PWD/wheels/pyctc/pygtrie-2.6.2-py3-none-any.whl \
+        python -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --device cuda --rounds 1 \
+        --beam-size-token 16 --beam-threshold 10
+
 The tokenizer is a Metaspace unigram vocabulary whose words are spelled by one word-start piece and zero to two
 continuation pieces, so the lexicon's words take 1-3 tokens as BPE words do. The 3-gram ARPA file is counted from a
 seeded Zipf-distributed corpus over ``--num-words`` words and written here (no lmplz needed). Audio is noise of
@@ -185,6 +194,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--beam-size", type=int, default=8)
     parser.add_argument("--lm-weight", type=float, default=0.5)
     parser.add_argument("--word-bonus", type=float, default=1.0)
+    parser.add_argument("--beam-size-token", type=int, default=None,
+                        help="OASR's beam: per frame, only the N likeliest tokens start lexicon moves (default all)")
+    parser.add_argument("--beam-threshold", type=float, default=None,
+                        help="OASR's beam: drop candidates below the frame's best minus this (default 50)")
     parser.add_argument("--num-words", type=int, default=5000, help="lexicon (= LM unigram) size")
     parser.add_argument("--num-sentences", type=int, default=20000, help="sentences the 3-gram LM is counted from")
     parser.add_argument("--max-encode-rows", type=int, default=64)
@@ -226,7 +239,8 @@ def main(argv: list[str] | None = None) -> dict:
 def _bench(args, loaded, audio, arpa: Path, tokenizer_file: Path, *, engine_factory, options) -> dict:
     engine = engine_factory()
     greedy = options()
-    beam = options(beam_size=args.beam_size, lm=str(arpa), lm_weight=args.lm_weight, word_bonus=args.word_bonus)
+    beam = options(beam_size=args.beam_size, lm=str(arpa), lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                   beam_size_token=args.beam_size_token, beam_threshold=args.beam_threshold)
 
     def run(opts) -> tuple[float, list]:
         sync(loaded.device)
@@ -258,7 +272,8 @@ def _bench(args, loaded, audio, arpa: Path, tokenizer_file: Path, *, engine_fact
         peer["oasr_beam_speedup"] = round(audio_s / beam_s / peer["audio_seconds_per_second"], 2)
     beam_words = [loaded.tokenizer.decode(o.token_ids).split() for o in beam_out]
     return {
-        "beam_size": args.beam_size, "lm": {"order": 3, "words": len(lexicon), "bytes": arpa.stat().st_size},
+        "beam_size": args.beam_size, "beam_size_token": args.beam_size_token, "beam_threshold": args.beam_threshold,
+        "lm": {"order": 3, "words": len(lexicon), "bytes": arpa.stat().st_size},
         "greedy": {"seconds": round(greedy_s, 3), "audio_seconds_per_second": round(audio_s / greedy_s, 1),
                    "rounds": [round(t, 3) for t in greedy_times]},
         "beam_lm": {"seconds": round(beam_s, 3), "audio_seconds_per_second": round(audio_s / beam_s, 1),

@@ -22,7 +22,8 @@ class EncoderOutput:
 class DecodeStrategy:
     runner: ClassVar[str]  # the runner kind that drives it: "autoregressive" or "frame_sync"
     searches: ClassVar[bool] = False  # serves DecodeOptions.beam_size
-    # Serves DecodeOptions' word-level fields (lm, lexicon, lm_weight, word_bonus) through ``with_words``.
+    # Serves DecodeOptions' word-level fields (lm, lexicon, lm_weight, word_bonus, beam_size_token,
+    # beam_threshold) through ``with_words``.
     fuses_lm: ClassVar[bool] = False
     biases: ClassVar[bool] = False  # serves DecodeOptions.hotwords (``for_beam(..., hotwords, contexts)``)
     graph_capturable: ClassVar[bool] = False  # takes ``cuda_graphs=`` and replays captured steps
@@ -35,7 +36,8 @@ class DecodeStrategy:
         raise NotImplementedError(f"{cls.__name__} does not search")
 
     @staticmethod
-    def with_words(resources, beam_size: int, lm_weight: float | None, word_bonus: float | None):
+    def with_words(resources, beam_size: int, lm_weight: float | None, word_bonus: float | None,
+                   beam_size_token: int | None = None, beam_threshold: float | None = None):
         """A word-level search (``fuses_lm`` strategies) for requests that name a lexicon or language model."""
         raise NotImplementedError("this strategy has no word-level search")
 

@@ -1,8 +1,8 @@
 """CTC beam search over a lexicon with an n-gram language model, batched over rows on the log-probs' device.
 
 The search is flashlight's ``LexiconDecoder`` for CTC (what torchaudio's ``ctc_decoder`` runs), with log-add
-merging and no pruning but the beam: a hypothesis is (word history, lexicon-trie node, last token, whether the
-last frame was blank) with a score. Per frame each hypothesis may
+merging: a hypothesis is (word history, lexicon-trie node, last token, whether the last frame was blank) with a
+score. Per frame each hypothesis may
 
 1. take a token that leads to a child of its trie node (not its own last token unless a blank came between):
    into the child while the spelling goes on, and, for every word whose spelling ends there, back to the root
@@ -10,17 +10,26 @@ last frame was blank) with a score. Per frame each hypothesis may
 2. stay on its node: repeat its last token (a hypothesis at the root, between words, takes the blank instead);
 3. take a blank.
 
-Candidates with the same state are merged (log-sum-exp of their scores, the back-pointer of the best) and each row
-keeps its ``beam_size`` best. At the end, hypotheses between words (all, when none is) add the language model's
-end-of-sentence score, and the best is traced back through per-frame back-pointers.
+flashlight's two pruning knobs mean what they mean there: only the frame's ``beam_size_token`` likeliest tokens
+are tried for the lexicon moves (1) (the stay and blank moves always are), and candidates scoring below the
+frame's best candidate minus ``beam_threshold`` are dropped before merging. Candidates with the same state are
+then merged (log-sum-exp of their scores, the back-pointer of the best) and each row keeps its ``beam_size`` best.
+At the end, hypotheses between words (all, when none is) add the language model's end-of-sentence score, the same
+threshold drops the weak ones, and the best is traced back through per-frame back-pointers.
 
-Scores live on the device in float64, as flashlight keeps them in doubles. The language model is queried on the
-host, once per frame for the whole batch, for the (history, word) pairs that candidates complete; each pair is
-asked once per search.
+Scores live on the device in float64, as flashlight keeps them in doubles. Every candidate of a frame has a fixed
+slot in per-row tensors ([B, M], -inf where a move does not exist), so a frame runs without host syncs but one:
+the language model is asked on the host, for the distinct (history, word) pairs of the word candidates that can
+still matter. Which can is decided before asking, from an upper bound: a word's log10 probability is at most 0, so
+with ``lm_weight >= 0`` a word candidate scores at most its score before the LM plus ``word_bonus``. A candidate
+whose bound falls below the threshold of the frame's best move without a word, or whose state's bound falls below
+the ``beam_size``-th best state without a word (taken from candidates sure to pass the threshold), can be neither
+kept nor merged into a kept state, so it is dropped unasked: the result is the same, with far fewer LM queries.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +39,13 @@ from oasr.decode.ctc_greedy import CTCModel
 from oasr.decode.lexicon import (DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM, Spelling,
                                  arpa_unigrams)
 from oasr.decode.pending import LaunchesEagerly
+from oasr.types import check_pruning
 
 _NEG_INF = float("-inf")
+# The bound-based pruning compares sums computed in different orders: keep what lies within this of the bar.
+_ROUNDING_SLACK = 1e-6
+# torchaudio's ctc_decoder default, in the emissions' natural-log units.
+DEFAULT_BEAM_THRESHOLD = 50.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +53,14 @@ class LexiconBeamOptions:
     beam_size: int = 8
     lm_weight: float = 0.0  # weight of the language model's log10 probabilities
     word_bonus: float = 0.0  # added per emitted word
+    # Per frame, only this many likeliest tokens start lexicon moves (flashlight's beamSizeToken); None: all.
+    beam_size_token: int | None = None
+    # Candidates below the frame's best minus this are dropped before merging (flashlight's beamThreshold);
+    # math.inf keeps every candidate (the beam alone prunes).
+    beam_threshold: float = DEFAULT_BEAM_THRESHOLD
 
     def __post_init__(self) -> None:
+        check_pruning(self.beam_size_token, self.beam_threshold)
         if self.beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
 
@@ -65,32 +85,77 @@ class _Hyps:
                    torch.zeros_like(zeros, dtype=torch.bool))
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where each candidate of a frame sits in its row. Without a word (Mn = K*N + 2K slots): K*N lexicon moves
+    (parent beam major, then the frame's token-beam position), K stays, K blanks. With a word (Mw = K*N*L): parent,
+    token-beam position, then the L labels of the node reached. ``*_parent``: the parent beam of each slot."""
+
+    num_tokens: int  # N: the token beam
+    num_labels: int  # L
+    positions: torch.Tensor  # [N]: 0 .. N-1
+    plain_parent: torch.Tensor  # [Mn]
+    word_parent: torch.Tensor  # [Mw]
+    word_position: torch.Tensor  # [Mw]: the slot's token-beam position
+
+    @classmethod
+    def of(cls, beam: int, num_tokens: int, num_labels: int, device: torch.device) -> _Layout:
+        beams = torch.arange(beam, device=device)
+        positions = torch.arange(num_tokens, device=device)
+        plain = torch.cat([beams.repeat_interleave(num_tokens), beams, beams])
+        word_parent = beams.repeat_interleave(num_tokens * num_labels)
+        return cls(num_tokens, num_labels, positions, plain, word_parent,
+                   positions.repeat_interleave(num_labels).repeat(beam))
+
+
+def _merge(score: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """score, group: [B, M] (group ids in [0, M)) -> per group id [B, M]: the log-sum-exp of its scores (-inf: no
+    live slot) and its winner, the first slot holding its best score (M where none is live)."""
+    m = score.shape[1]
+    merged, best_of_slot = _log_sum_exp(score, group)
+    slots = torch.arange(m, device=score.device).expand_as(group)
+    candidate = torch.where((score > _NEG_INF) & (score == best_of_slot), slots, m)
+    winner = torch.full_like(group, m).scatter_reduce(1, group, candidate, "amin")
+    return merged, winner
+
+
+def _log_sum_exp(score: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """-> (per group id, the log-sum-exp of its scores; per slot, its group's best score), each [B, M]."""
+    best = _group_max(score, group)
+    best_of_slot = best.gather(1, group)
+    live = score > _NEG_INF
+    total = torch.zeros_like(score).scatter_add(1, group, torch.where(live, (score - best_of_slot).exp(), 0.0))
+    # Most group ids are empty: the log of their zero total is slow on the host and not needed.
+    return torch.where(total > 0, best + torch.where(total > 0, total, 1.0).log(), _NEG_INF), best_of_slot
+
+
+def _group_max(score: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(score, _NEG_INF).scatter_reduce(1, group, score, "amax")
+
+
+def _kth_best(score: torch.Tensor, k: int) -> torch.Tensor:
+    """score: [B, M] -> [B, 1]: the k-th largest of each row."""
+    return score.topk(k, dim=1).values[:, -1:]
+
+
 @dataclass
-class _Candidates:
-    """Flat [M] candidate hypotheses of one frame: their row, parent beam, score, state, emitted token and word
-    (-1: none)."""
+class _Frame:
+    """One frame's candidates. Without a word: score, node, token, state group [B, Mn]. With a word: score before
+    the language model, word, history of the parent, state group [B, Mw]. Candidates of one state share a group
+    id (a slot of theirs); the two kinds never reach the same state."""
 
-    row: torch.Tensor
-    parent: torch.Tensor
-    score: torch.Tensor
-    history: torch.Tensor
-    node: torch.Tensor
-    token: torch.Tensor
-    blank_last: torch.Tensor
-    emitted: torch.Tensor
+    tokens: torch.Tensor  # [B, N]: the token beam
+    plain_score: torch.Tensor
+    plain_node: torch.Tensor
+    plain_token: torch.Tensor
+    plain_group: torch.Tensor
+    word_score: torch.Tensor
     word: torch.Tensor
-
-    @staticmethod
-    def concat(parts: list[_Candidates]) -> _Candidates:
-        return _Candidates(*(torch.cat([getattr(p, f) for p in parts]) for f in _Candidates.__dataclass_fields__))
-
-
-def _select(mask: torch.Tensor, **fields: torch.Tensor) -> _Candidates:
-    """The candidates where ``mask`` ([B, K, ...]) holds; every field broadcasts to its shape."""
-    index = mask.nonzero(as_tuple=True)
-    row, parent = index[0], index[1]
-    picked = {name: value.expand(mask.shape)[index] for name, value in fields.items()}
-    return _Candidates(row=row, parent=parent, **picked)
+    word_history: torch.Tensor
+    word_group: torch.Tensor
+    # [B, Mw]: log of how many beams share the parent's place. A word state's candidates come from those beams,
+    # one each, so its log-sum-exp is at most its best candidate plus this.
+    word_spread: torch.Tensor
 
 
 class LexiconBeamSearch:
@@ -101,112 +166,18 @@ class LexiconBeamSearch:
         self.histories = histories
         self.blank_id = blank_id
         self.options = options
-
-    def _expand(self, hyps: _Hyps, frame: torch.Tensor) -> _Candidates:
-        """frame: [B, V] float64 log-probs -> every candidate of this frame (unmerged)."""
-        b, k = hyps.score.shape
-        v = frame.shape[1]
-        live = hyps.score > _NEG_INF
-        tokens = torch.arange(v, device=frame.device).view(1, 1, v)
-        child = self.trie.child[hyps.node]  # [B, K, V]
-        reached = child.clamp(min=0)
-        extended = hyps.score[..., None] + frame[:, None, :]  # [B, K, V]
-        new_token = hyps.blank_last[..., None] | (tokens != hyps.token[..., None])
-        # (1a) into a child that spells on
-        inside = live[..., None] & (child >= 0) & self.trie.has_children[reached] & new_token
-        parts = [_select(inside, score=extended, history=hyps.history[..., None], node=child,
-                         token=tokens, blank_last=torch.zeros((), dtype=torch.bool, device=frame.device),
-                         emitted=tokens, word=torch.full((), -1, dtype=torch.long, device=frame.device))]
-        # (1b) a word that ends at the child; at the root, a one-token word needs a blank before it repeats
-        labels = self.trie.labels[reached]  # [B, K, V, L]
-        repeat_at_root = (hyps.node == 0)[..., None] & (tokens == hyps.token[..., None])
-        ends = (live[..., None] & (child >= 0) & ~repeat_at_root)[..., None] & (labels >= 0)
-        parts.append(self._words(ends, hyps, extended, labels))
-        # (2) stay on the node; (3) blank
-        at_root = hyps.node == 0
-        stay_token = torch.where(at_root, self.blank_id, hyps.token)
-        stay_score = hyps.score + frame.gather(1, stay_token)
-        blank_score = hyps.score + frame[:, self.blank_id, None]
-        none = torch.full((), -1, dtype=torch.long, device=frame.device)
-        parts.append(_select(live & (~hyps.blank_last | at_root), score=stay_score, history=hyps.history,
-                             node=hyps.node, token=stay_token, blank_last=torch.zeros_like(live),
-                             emitted=none, word=none))
-        parts.append(_select(live, score=blank_score, history=hyps.history, node=hyps.node,
-                             token=torch.full_like(hyps.token, self.blank_id), blank_last=torch.ones_like(live),
-                             emitted=none, word=none))
-        return _Candidates.concat(parts)
-
-    def _words(self, ends: torch.Tensor, hyps: _Hyps, extended: torch.Tensor, labels: torch.Tensor) -> _Candidates:
-        """Candidates that complete a word ([B, K, V, L] mask), scored by the language model on the host."""
-        v = extended.shape[-1]
-        tokens = torch.arange(v, device=extended.device).view(1, 1, v, 1)
-        found = _select(ends, score=extended[..., None], history=hyps.history[..., None, None], node=labels,
-                        token=tokens, blank_last=torch.zeros((), dtype=torch.bool, device=extended.device),
-                        emitted=tokens, word=labels)
-        pairs = torch.stack([found.history, found.word], 1).tolist()  # the frame's one host sync
-        ids, lm_scores = self.histories.advance([tuple(p) for p in pairs])
-        found.history = torch.tensor(ids, dtype=torch.long).to(extended.device)
-        lm = torch.tensor(lm_scores, dtype=torch.float64).to(extended.device)
-        found.score = found.score + self.options.lm_weight * lm + self.options.word_bonus
-        found.node = torch.zeros_like(found.node)
-        return found
-
-    def _merge_and_prune(self, cands: _Candidates,
-                         batch: int) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Merges candidates of equal state and keeps each row's best ``beam_size`` -> (hypotheses, then per
-        [B, K]: parent beam, emitted token, emitted word)."""
-        k = self.options.beam_size
-        device = cands.score.device
-        state = torch.stack([cands.row, cands.history, cands.node, cands.token, cands.blank_last.long()], 1)
-        unique, group = self._group(state)  # sorted: rows are contiguous
-        g = unique.shape[0]
-        best = torch.full((g,), _NEG_INF, dtype=torch.float64, device=device)
-        best = best.scatter_reduce(0, group, cands.score, "amax")
-        total = torch.zeros(g, dtype=torch.float64, device=device)
-        total = total.scatter_add(0, group, (cands.score - best[group]).exp())
-        merged = best + total.log()
-        # The merged state keeps the back-pointer of its best candidate (the first of equals).
-        order = torch.arange(cands.score.shape[0], device=device)
-        winner = torch.full((g,), cands.score.shape[0], device=device)
-        winner = winner.scatter_reduce(0, group, torch.where(cands.score == best[group], order, winner[group]), "amin")
-
-        rows = unique[:, 0]
-        counts = torch.bincount(rows, minlength=batch)
-        starts = counts.cumsum(0) - counts
-        width = max(int(counts.max()), k)
-        table = torch.full((batch, width), _NEG_INF, dtype=torch.float64, device=device)
-        table[rows, torch.arange(g, device=device) - starts[rows]] = merged
-        score, slot = table.topk(k, dim=1)
-        pick = (starts[:, None] + slot).clamp(max=g - 1)
-        w = winner[pick]
-        live = score > _NEG_INF
-        w = torch.where(live, w, 0)
-        hyps = _Hyps(score, unique[pick, 1], unique[pick, 2], unique[pick, 3], unique[pick, 4].bool())
-        parent = torch.where(live, cands.parent[w], 0)
-        return hyps, parent, torch.where(live, cands.emitted[w], -1), torch.where(live, cands.word[w], -1)
-
-    def _group(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """state: [M, 5] (row, history, node, token, blank) -> (the distinct states [G, 5] in row-major order,
-        each candidate's group [M]). The columns are packed into one int64 key where they fit (a sort of keys is
-        several times faster than torch.unique over rows); the row-wise unique is the fallback."""
-        num_nodes, vocab = self.trie.child.shape
-        sizes = (self.histories.num_states, num_nodes, vocab, 2)
-        if int(state[:, 0].max()) + 1 > (1 << 62) // (sizes[0] * sizes[1] * sizes[2] * sizes[3]):
-            return torch.unique(state, dim=0, return_inverse=True)
-        key = state[:, 0]
-        for column, size in enumerate(sizes, start=1):
-            key = key * size + state[:, column]
-        keys, group = torch.unique(key, return_inverse=True)
-        first = torch.full_like(keys, state.shape[0]).scatter_reduce(
-            0, group, torch.arange(state.shape[0], device=state.device), "amin")
-        return state[first], group
+        # A word's score after the LM is bounded by its score before plus word_bonus only while the LM can
+        # only lower it; with a negative weight every word candidate is asked.
+        self._bounded = histories.lm is None or options.lm_weight >= 0
 
     def run(self, log_probs: torch.Tensor,
             lengths: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[float]]:
         """log_probs: [B, T, V]; lengths: [B] -> per row (emitted token ids, word ids, score) of the best."""
-        b, t, _ = log_probs.shape
+        b, t, v = log_probs.shape
         k = self.options.beam_size
         device = log_probs.device
+        num_tokens = v if self.options.beam_size_token is None else min(self.options.beam_size_token, v)
+        layout = _Layout.of(k, num_tokens, self.trie.labels.shape[1], device)
         lengths = lengths.to(device)
         hyps = _Hyps.start(b, k, self.blank_id, device)
         keep = torch.arange(k, device=device).expand(b, k)
@@ -214,14 +185,151 @@ class LexiconBeamSearch:
         emitted = torch.full((t, b, k), -1, dtype=torch.long, device=device)
         words = torch.full_like(emitted, -1)
         for frame_index in range(t):
-            cands = self._expand(hyps, log_probs[:, frame_index].double())
-            new, parent, token, word = self._merge_and_prune(cands, b)
-            done = (frame_index >= lengths)[:, None]
+            active = frame_index < lengths
+            new, parent, token, word = self._step(hyps, log_probs[:, frame_index].double(), layout, active)
+            done = ~active[:, None]
             hyps = _Hyps(*(torch.where(done, getattr(hyps, f), getattr(new, f)) for f in _Hyps.__dataclass_fields__))
             parents[frame_index] = torch.where(done, keep, parent)
             emitted[frame_index] = torch.where(done, -1, token)
             words[frame_index] = torch.where(done, -1, word)
         return self._finish(hyps, parents, emitted, words)
+
+    def _step(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout,
+              active: torch.Tensor) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """frame: [B, V] float64; active: [B] -> (the next hypotheses, then per [B, K]: parent beam, emitted
+        token, emitted word; -1: none)."""
+        options = self.options
+        threshold = options.beam_threshold
+        cands = self._candidates(hyps, frame, layout)
+        best_plain = cands.plain_score.max(1, keepdim=True).values
+        asked = (cands.word_score > _NEG_INF) & active[:, None]
+        if self._bounded:
+            bound = cands.word_score + options.word_bonus
+            asked &= bound >= best_plain - threshold
+            bound = torch.where(asked, bound, _NEG_INF)
+            # The frame's best lies between best_plain and best_bound: a candidate without a word at or above
+            # best_bound - threshold passes the threshold whatever the LM says, so the states those make are a
+            # floor under the beam_size-th best state.
+            best_bound = torch.maximum(best_plain, bound.max(1, keepdim=True).values)
+            sure = torch.where(cands.plain_score >= best_bound - threshold, cands.plain_score, _NEG_INF)
+            floor = _kth_best(_group_max(sure, cands.plain_group), options.beam_size)
+            state_bound = _group_max(bound, cands.word_group).gather(1, cands.word_group) + cands.word_spread
+            asked &= state_bound >= floor - _ROUNDING_SLACK
+        history, lm = self._ask_lm(cands, asked)
+        word_score = torch.where(asked, cands.word_score + options.lm_weight * lm + options.word_bonus, _NEG_INF)
+        best = torch.maximum(best_plain, word_score.max(1, keepdim=True).values)
+        plain = torch.where(cands.plain_score >= best - threshold, cands.plain_score, _NEG_INF)
+        word_score = torch.where(word_score >= best - threshold, word_score, _NEG_INF)
+        # One merge over both kinds: word groups follow the plain ones (no state is reached by both).
+        num_plain = plain.shape[1]
+        merged = _merge(torch.cat([plain, word_score], 1),
+                        torch.cat([cands.plain_group, cands.word_group + num_plain], 1))
+        return self._select(hyps, cands, history, merged, layout)
+
+    def _candidates(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout) -> _Frame:
+        b, k = hyps.score.shape
+        v = frame.shape[1]
+        n = layout.num_tokens
+        if n < v:
+            token_scores, tokens = frame.topk(n, dim=1)
+            position = torch.full((b, v), -1, dtype=torch.long, device=frame.device)
+            position.scatter_(1, tokens, layout.positions.expand(b, n))
+            token_position = position.gather(1, hyps.token)  # [B, K], -1: outside the token beam
+        else:
+            token_scores, tokens = frame, layout.positions.expand(b, v)
+            token_position = hyps.token
+        live = hyps.score > _NEG_INF
+        beam_tokens = tokens[:, None, :]  # [B, 1, N]
+        child = self.trie.child[hyps.node[:, :, None], beam_tokens]  # [B, K, N]
+        reached = child.clamp(min=0)
+        extended = hyps.score[..., None] + token_scores[:, None, :]
+        moves = live[..., None] & (child >= 0)
+        new_token = hyps.blank_last[..., None] | (beam_tokens != hyps.token[..., None])
+        inside = moves & self.trie.has_children[reached] & new_token
+        at_root = hyps.node == 0
+        stay_token = torch.where(at_root, self.blank_id, hyps.token)
+        stay = live & (~hyps.blank_last | at_root)
+        plain_score = torch.cat([torch.where(inside, extended, _NEG_INF).view(b, k * n),
+                                 torch.where(stay, hyps.score + frame.gather(1, stay_token), _NEG_INF),
+                                 torch.where(live, hyps.score + frame[:, self.blank_id, None], _NEG_INF)], 1)
+        plain_node = torch.cat([reached.view(b, k * n), hyps.node, hyps.node], 1)
+        plain_token = torch.cat([beam_tokens.expand(b, k, n).reshape(b, k * n), stay_token,
+                                 torch.full_like(stay_token, self.blank_id)], 1)
+        # Words: the trie node's labels; at the root a one-token word needs a blank before it repeats.
+        labels = self.trie.labels[reached]  # [B, K, N, L]
+        repeat_at_root = at_root[..., None] & (beam_tokens == hyps.token[..., None])
+        ends = (moves & ~repeat_at_root)[..., None] & (labels >= 0)
+        word_score = torch.where(ends, extended[..., None], _NEG_INF).view(b, -1)
+        place, sharing, plain_group = self._plain_groups(hyps, token_position, layout)
+        # A word's state is (its history extended by the word, the root, the token): one per place, token and
+        # label, as the word fixes the node its spelling ends at.
+        word_group = (place[:, :, None] * n + layout.positions)[..., None] * layout.num_labels
+        word_group = (word_group + torch.arange(layout.num_labels, device=frame.device)).view(b, -1)
+        return _Frame(tokens, plain_score, plain_node, plain_token, plain_group, word_score, labels.view(b, -1),
+                      hyps.history[:, layout.word_parent], word_group,
+                      sharing.double().log()[:, layout.word_parent])
+
+    def _plain_groups(self, hyps: _Hyps, token_position: torch.Tensor,
+                      layout: _Layout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> (each beam's place [B, K]: the first beam of its row with its history and node; how many beams share
+        it [B, K]; each candidate without a word's state group [B, Mn]). Beams of one place reach the same states by
+        the same move, so their candidates share the slots of the place's beam; a beam inside a word staying on its
+        node is the state that beams of its history one node up reach by its token (its last token spelled its
+        node)."""
+        k, n = hyps.score.shape[1], layout.num_tokens
+        same_history = hyps.history[:, :, None] == hyps.history[:, None, :]  # [B, K, K]
+        same_place = same_history & (hyps.node[:, :, None] == hyps.node[:, None, :])
+        place = same_place.long().argmax(2)
+        up = same_history & (hyps.node[:, None, :] == self.trie.parent[hyps.node][:, :, None])
+        from_up = up.any(2) & (token_position >= 0) & (hyps.node != 0)
+        up_place = place.gather(1, up.long().argmax(2))
+        stay = torch.where(from_up, up_place * n + token_position, k * n + place)
+        inside = (place[:, :, None] * n + layout.positions).view(-1, k * n)
+        return place, same_place.sum(2), torch.cat([inside, stay, k * n + k + place], 1)
+
+    def _ask_lm(self, cands: _Frame, asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (the extended history ids, the words' log10 probabilities) [B, Mw] where ``asked``. The candidates
+        of a state share a (history, word) pair, so the first asked one of each state goes to the host (the
+        frame's one sync) and the rest read its answer."""
+        b, m = asked.shape
+        group = cands.word_group
+        slots = torch.arange(m, device=asked.device).expand(b, m)
+        first = torch.full_like(group, m).scatter_reduce(1, group, torch.where(asked, slots, m), "amin")
+        which = (asked & (first.gather(1, group) == slots)).view(-1).nonzero().squeeze(1)
+        num_words = len(self.histories.words)
+        pairs = (cands.word_history * num_words + cands.word).view(-1)[which].tolist()
+        ids, scores = self.histories.advance([divmod(pair, num_words) for pair in pairs])
+        # Answers land on their state's group id (row-major, as ``which`` indexes slots) and spread from there.
+        at = (which // m) * m + group.view(-1)[which]
+        history = torch.zeros(b * m, dtype=torch.long, device=asked.device)
+        history[at] = torch.tensor(ids, dtype=torch.long).to(asked.device)
+        lm = torch.zeros(b * m, dtype=torch.float64, device=asked.device)
+        lm[at] = torch.tensor(scores, dtype=torch.float64).to(asked.device)
+        return history.view(b, m).gather(1, group), lm.view(b, m).gather(1, group)
+
+    def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, merged: tuple[torch.Tensor, torch.Tensor],
+                layout: _Layout) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best ``beam_size`` merged states of each row ((merged score, winner slot) per group [B, Mn + Mw],
+        the word candidates' slots after the plain ones) -> what ``_step`` returns."""
+        k = self.options.beam_size
+        num_plain, num_word = cands.plain_score.shape[1], cands.word_score.shape[1]
+        score, pick = merged[0].topk(k, dim=1)
+        live = score > _NEG_INF
+        slot = merged[1].gather(1, pick).clamp(max=num_plain + num_word - 1)
+        is_word = slot >= num_plain
+        plain_slot = slot.clamp(max=num_plain - 1)
+        word_slot = (slot - num_plain).clamp(min=0)
+        plain_parent = layout.plain_parent[plain_slot]
+        parent = torch.where(is_word, layout.word_parent[word_slot], plain_parent)
+        token = torch.where(is_word, cands.tokens.gather(1, layout.word_position[word_slot]),
+                            cands.plain_token.gather(1, plain_slot))
+        node = torch.where(is_word | ~live, 0, cands.plain_node.gather(1, plain_slot))
+        blank_last = ~is_word & (plain_slot >= num_plain - k)
+        new_history = torch.where(is_word, history.gather(1, word_slot), hyps.history.gather(1, plain_parent))
+        emitted = torch.where(is_word | (plain_slot < num_plain - 2 * k), token, -1)
+        word = torch.where(is_word, cands.word.gather(1, word_slot), -1)
+        new = _Hyps(score, new_history, node, token, blank_last)
+        return new, torch.where(live, parent, 0), torch.where(live, emitted, -1), torch.where(live, word, -1)
 
     def _finish(self, hyps: _Hyps, parents: torch.Tensor, emitted: torch.Tensor,
                 words: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[float]]:
@@ -232,19 +340,19 @@ class LexiconBeamSearch:
         parents, emitted, words = parents.cpu(), emitted.cpu(), words.cpu()
         token_rows, word_rows, best_scores = [], [], []
         for row in range(len(scores)):
+            ends = {k: scores[row][k] + self.options.lm_weight * self.histories.finish(histories[row][k])
+                    for k in range(len(scores[row])) if ending[row][k]}
+            floor = max(ends.values()) - self.options.beam_threshold
             # Ending merges the hypotheses of one history and node (they differ only in their last token), as
             # flashlight's end-of-sentence state is one per history.
             ended: dict[tuple[int, int], tuple[float, float, int]] = {}
-            for k in range(len(scores[row])):
-                if not ending[row][k]:
+            for k, score in ends.items():
+                if score < floor:
                     continue
-                score = scores[row][k] + self.options.lm_weight * self.histories.finish(histories[row][k])
                 key = (histories[row][k], nodes[row][k])
                 if key in ended:
                     total, best, beam = ended[key]
-                    ended[key] = (float(torch.logaddexp(torch.tensor(total, dtype=torch.float64),
-                                                        torch.tensor(score, dtype=torch.float64))),
-                                  *((score, k) if score > best else (best, beam)))
+                    ended[key] = (_log_add(total, score), *((score, k) if score > best else (best, beam)))
                 else:
                     ended[key] = (score, score, k)
             total, _, beam = max(ended.values())
@@ -267,6 +375,11 @@ class LexiconBeamSearch:
                 tokens.append(int(emitted[frame_index, beam]))
             beam = int(parents[frame_index, beam])
         return tokens[::-1], row_words[::-1]
+
+
+def _log_add(a: float, b: float) -> float:
+    high, low = max(a, b), min(a, b)
+    return high + math.log1p(math.exp(low - high))
 
 
 class WordResources:

@@ -21,7 +21,7 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
-from oasr.decode.ctc_lexicon_beam import CTCLexiconBeam, LexiconBeamOptions, WordResources
+from oasr.decode.ctc_lexicon_beam import DEFAULT_BEAM_THRESHOLD, CTCLexiconBeam, LexiconBeamOptions, WordResources
 from oasr.types import Hotword
 from oasr.decode.hotwords import ContextGraph, ContextGraphCache
 from oasr.decode.pending import LaunchesEagerly
@@ -204,7 +204,8 @@ def prefix_beam_search(
 class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
     searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
-    fuses_lm: ClassVar[bool] = True  # and its lm, lexicon, lm_weight, word_bonus (oasr.decode.ctc_lexicon_beam)
+    # and its lm, lexicon, lm_weight, word_bonus, beam_size_token, beam_threshold (oasr.decode.ctc_lexicon_beam)
+    fuses_lm: ClassVar[bool] = True
     biases: ClassVar[bool] = True  # and its hotwords
 
     def __init__(self, options: CTCPrefixBeamOptions | None = None, contexts: ContextGraphCache | None = None) -> None:
@@ -219,12 +220,15 @@ class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
         return cls(CTCPrefixBeamOptions(beam_size=beam_size, hotwords=hotwords), contexts)
 
     @staticmethod
-    def with_words(resources: WordResources, beam_size: int, lm_weight: float | None,
-                   word_bonus: float | None) -> CTCLexiconBeam:
-        """The lexicon search for requests that name a language model or lexicon (``resources``: loaded)."""
+    def with_words(resources: WordResources, beam_size: int, lm_weight: float | None, word_bonus: float | None,
+                   beam_size_token: int | None = None, beam_threshold: float | None = None) -> CTCLexiconBeam:
+        """The lexicon search for requests that name a language model or lexicon (``resources``: loaded); None
+        takes each option's default."""
+        threshold = DEFAULT_BEAM_THRESHOLD if beam_threshold is None else beam_threshold
         options = LexiconBeamOptions(beam_size=beam_size,
                                      lm_weight=DEFAULT_LM_WEIGHT if lm_weight is None else lm_weight,
-                                     word_bonus=0.0 if word_bonus is None else word_bonus)
+                                     word_bonus=0.0 if word_bonus is None else word_bonus,
+                                     beam_size_token=beam_size_token, beam_threshold=threshold)
         return CTCLexiconBeam(resources, options)
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:

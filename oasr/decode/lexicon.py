@@ -67,11 +67,13 @@ class Lexicon:
 @dataclass(frozen=True)
 class LexiconTrie:
     """The lexicon as a token trie, node 0 the root. ``child``: [N, V] int64, the node a token leads to (-1: none);
-    ``has_children``: [N] bool; ``labels``: [N, L] int64, the words whose spelling ends at a node (-1 pads)."""
+    ``has_children``: [N] bool; ``labels``: [N, L] int64, the words whose spelling ends at a node (-1 pads);
+    ``parent``: [N] int64, the node each node hangs from (-1 for the root)."""
 
     child: torch.Tensor
     has_children: torch.Tensor
     labels: torch.Tensor
+    parent: torch.Tensor
 
     @classmethod
     def build(cls, lexicon: Lexicon, vocab_size: int, device: torch.device | str = "cpu") -> LexiconTrie:
@@ -91,14 +93,16 @@ class LexiconTrie:
                 node = nxt
             labels[node].append(word)
         child = torch.full((len(children), vocab_size), -1, dtype=torch.long)
+        parent = torch.full((len(children),), -1, dtype=torch.long)
         for node, edges in enumerate(children):
             for token, target in edges.items():
                 child[node, token] = target
+                parent[target] = node
         width = max(1, max(len(ls) for ls in labels))
         label_table = torch.full((len(labels), width), -1, dtype=torch.long)
         for node, ls in enumerate(labels):
             label_table[node, : len(ls)] = torch.tensor(ls, dtype=torch.long)
-        return cls(child.to(device), (child >= 0).any(1).to(device), label_table.to(device))
+        return cls(child.to(device), (child >= 0).any(1).to(device), label_table.to(device), parent.to(device))
 
 
 def arpa_unigrams(path: str | Path) -> list[str]:

@@ -179,11 +179,12 @@ class FrameSyncRunner:
         by_search: dict[tuple, list[int]] = {}
         for i, request in enumerate(batch):
             o = request.options
-            key = (o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.hotwords, o.decoding_graph,
-                   o.rescore_weight)
+            key = (o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.beam_size_token, o.beam_threshold,
+                   o.hotwords, o.decoding_graph, o.rescore_weight)
             by_search.setdefault(key, []).append(i)
         launches = []
-        for (beam_size, lm, lexicon, lm_weight, word_bonus, hotwords, graph, rescore), members in by_search.items():
+        for (beam_size, lm, lexicon, lm_weight, word_bonus, beam_size_token, beam_threshold, hotwords,
+             graph, rescore), members in by_search.items():
             if len(members) == len(batch):
                 part = encoded
             else:
@@ -198,7 +199,8 @@ class FrameSyncRunner:
                 search = self._beam_strategy.for_rescoring(beam_size, rescore)
                 launches.append((members, search.launch(self.model, part)))
             elif lm is not None or lexicon is not None:
-                search = self._beam_strategy.with_words(self._words.get(lm, lexicon), beam_size, lm_weight, word_bonus)
+                search = self._beam_strategy.with_words(self._words.get(lm, lexicon), beam_size, lm_weight, word_bonus,
+                                                        beam_size_token, beam_threshold)
                 launches.append((members, search.launch(self.model, part)))
             else:
                 search = self._beam_strategy.for_beam(beam_size, hotwords, self._contexts)

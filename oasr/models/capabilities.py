@@ -29,7 +29,7 @@ OPTION_FIELDS: dict[str, tuple[str, ...]] = {
     "temperature": ("temperature",),
     "min_new_tokens": ("min_new_tokens",),
     "beam_size": ("beam_size", "patience", "length_penalty"),
-    "language_model": ("lm", "lexicon", "lm_weight", "word_bonus"),
+    "language_model": ("lm", "lexicon", "lm_weight", "word_bonus", "beam_size_token", "beam_threshold"),
     "hotwords": ("hotwords",),
     "decoding_graph": ("decoding_graph",),
     "rescoring": ("rescore_weight",),
