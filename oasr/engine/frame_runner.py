@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -36,6 +37,26 @@ from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import LoadedModel
 from oasr.registry import conform
 from oasr.types import DecodeOptions
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """The options that pick a request's decode strategy: requests with equal specs decode in one launch."""
+
+    beam_size: int | None
+    lm: str | None
+    lexicon: str | None
+    lm_weight: float | None
+    word_bonus: float | None
+    beam_size_token: int | None
+    beam_threshold: float | None
+    hotwords: tuple
+    decoding_graph: str | None
+    rescore_weight: float | None
+
+    @classmethod
+    def of(cls, options: DecodeOptions) -> SearchSpec:
+        return cls(**{f.name: getattr(options, f.name) for f in fields(cls)})
+
 
 # Self-attention over a whole window costs O(frames^2) memory; 60 s is 750 encoder frames after 8x subsampling.
 WINDOW_SECONDS = 60
@@ -175,34 +196,29 @@ class FrameSyncRunner:
         return torch.tensor(ids, dtype=torch.long).to(self.device, non_blocking=True)
 
     def _launch_strategies(self, batch: list[Request], encoded: EncoderOutput) -> list[tuple[list[int], PendingTokens]]:
-        """The default strategy over the greedy rows, the searching one over each beam size's rows."""
-        by_search: dict[tuple, list[int]] = {}
+        """The default strategy over the greedy rows, the searching one over each distinct search's rows."""
+        by_search: dict[SearchSpec, list[int]] = {}
         for i, request in enumerate(batch):
-            o = request.options
-            key = (o.beam_size, o.lm, o.lexicon, o.lm_weight, o.word_bonus, o.beam_size_token, o.beam_threshold,
-                   o.hotwords, o.decoding_graph, o.rescore_weight)
-            by_search.setdefault(key, []).append(i)
+            by_search.setdefault(SearchSpec.of(request.options), []).append(i)
         launches = []
-        for (beam_size, lm, lexicon, lm_weight, word_bonus, beam_size_token, beam_threshold, hotwords,
-             graph, rescore), members in by_search.items():
+        for spec, members in by_search.items():
             if len(members) == len(batch):
                 part = encoded
             else:
                 index = torch.tensor(members, device=encoded.hidden.device)
                 part = EncoderOutput(encoded.hidden.index_select(0, index), encoded.lengths.index_select(0, index))
-            if graph is not None:
-                search = self._graph_strategy.for_graph(self._graphs.get(graph))
-                launches.append((members, search.launch(self.model, part)))
-            elif beam_size is None:
-                launches.append((members, self.strategy.launch(self.model, part)))
-            elif rescore is not None:
-                search = self._beam_strategy.for_rescoring(beam_size, rescore)
-                launches.append((members, search.launch(self.model, part)))
-            elif lm is not None or lexicon is not None:
-                search = self._beam_strategy.with_words(self._words.get(lm, lexicon), beam_size, lm_weight, word_bonus,
-                                                        beam_size_token, beam_threshold)
-                launches.append((members, search.launch(self.model, part)))
-            else:
-                search = self._beam_strategy.for_beam(beam_size, hotwords, self._contexts)
-                launches.append((members, search.launch(self.model, part)))
+            launches.append((members, self._strategy_for(spec).launch(self.model, part)))
         return launches
+
+    def _strategy_for(self, spec: SearchSpec):
+        if spec.decoding_graph is not None:
+            return self._graph_strategy.for_graph(self._graphs.get(spec.decoding_graph))
+        if spec.beam_size is None:
+            return self.strategy
+        if spec.rescore_weight is not None:
+            return self._beam_strategy.for_rescoring(spec.beam_size, spec.rescore_weight)
+        if spec.lm is not None or spec.lexicon is not None:
+            return self._beam_strategy.with_words(self._words.get(spec.lm, spec.lexicon), spec.beam_size,
+                                                  spec.lm_weight, spec.word_bonus, spec.beam_size_token,
+                                                  spec.beam_threshold)
+        return self._beam_strategy.for_beam(spec.beam_size, spec.hotwords, self._contexts)
