@@ -26,7 +26,7 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel
-from oasr.decode.ctc_prefix_beam import _Beams, _Constants, _freeze, _step
+from oasr.decode.ctc_prefix_beam import PrefixBeams, PrefixConstants, keep_finished, prefix_step
 from oasr.decode.pending import LaunchesEagerly
 
 DEFAULT_RESCORE_WEIGHT = 0.5
@@ -60,15 +60,15 @@ def prefix_beam_nbest(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: 
     b, t, v = log_probs.shape
     device = log_probs.device
     lengths = lengths.to(device)
-    const = _Constants.on(v, device)
-    beams = _Beams.empty(b, beam_size, device)
+    const = PrefixConstants.on(v, device)
+    beams = PrefixBeams.empty(b, beam_size, device)
     stay_put = torch.arange(beam_size, device=device).expand(b, beam_size)
     parents = torch.empty(t, b, beam_size, dtype=torch.long, device=device)
     labels = torch.empty_like(parents)
     for frame_index in range(t):
-        new, parent, label = _step(beams, log_probs[:, frame_index].float(), blank_id, const)
+        new, parent, label = prefix_step(beams, log_probs[:, frame_index].float(), blank_id, const)
         done = frame_index >= lengths
-        beams = _freeze(done, beams, new)
+        beams = keep_finished(done, beams, new)
         parents[frame_index] = torch.where(done[:, None], stay_put, parent)
         labels[frame_index] = torch.where(done[:, None], -1, label)
     rows = torch.arange(b, device=device)[:, None]

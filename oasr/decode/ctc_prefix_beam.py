@@ -45,7 +45,7 @@ class CTCPrefixBeamOptions:
 
 
 @dataclass
-class _Beams:
+class PrefixBeams:
     """Per row and beam, [B, K]: prefix scores, last label (-1: empty prefix), prefix length; hashes [B, K, 2]
     of the prefix and of the prefix without its last label; the hotword automaton's state and the boost the
     prefix has earned (a function of the prefix, so merged beams agree on both)."""
@@ -60,7 +60,7 @@ class _Beams:
     context_score: torch.Tensor
 
     @classmethod
-    def empty(cls, batch: int, beam: int, device: torch.device) -> _Beams:
+    def empty(cls, batch: int, beam: int, device: torch.device) -> PrefixBeams:
         pb = torch.full((batch, beam), float("-inf"), device=device)
         pb[:, 0] = 0.0  # one live beam: the empty prefix
         hashes = torch.zeros(batch, beam, 2, dtype=torch.long, device=device)
@@ -81,7 +81,7 @@ class _Beams:
 
 
 @dataclass(frozen=True)
-class _Constants:
+class PrefixConstants:
     """Made once per search, on the search's device."""
 
     labels: torch.Tensor  # [V]: 0 .. V-1
@@ -89,14 +89,14 @@ class _Constants:
     hash_moduli: torch.Tensor  # [2]
 
     @classmethod
-    def on(cls, vocab_size: int, device: torch.device) -> _Constants:
+    def on(cls, vocab_size: int, device: torch.device) -> PrefixConstants:
         return cls(torch.arange(vocab_size, device=device), torch.tensor(_HASH_BASES, device=device),
                    torch.tensor(_HASH_MODULI, device=device))
 
 
-def _step(
-    beams: _Beams, frame: torch.Tensor, blank_id: int, const: _Constants, context: ContextGraph | None = None
-) -> tuple[_Beams, torch.Tensor, torch.Tensor]:
+def prefix_step(
+    beams: PrefixBeams, frame: torch.Tensor, blank_id: int, const: PrefixConstants, context: ContextGraph | None = None
+) -> tuple[PrefixBeams, torch.Tensor, torch.Tensor]:
     """One frame. frame: [B, V] log-probs -> (new beams, parent [B, K], appended label [B, K] or -1). With
     ``context``, beams are ranked by their score plus their hotword boost; the scores themselves stay acoustic."""
     b, k = beams.pb.shape
@@ -135,7 +135,7 @@ def _step(
     parent_hash = beams.hash.gather(1, parent[..., None].expand(b, k, 2))
     new_hash = (parent_hash * const.hash_bases + label[..., None] + 1) % const.hash_moduli
     ext = extended[..., None]
-    new = _Beams(
+    new = PrefixBeams(
         pb=torch.where(extended, float("-inf"), stay_pb.gather(1, parent)),
         pnb=torch.where(extended, scores, stay_pnb.gather(1, parent)),
         last=torch.where(extended, label, beams.last.gather(1, parent)),
@@ -153,13 +153,13 @@ def _step(
     return new, parent, label
 
 
-def _freeze(done: torch.Tensor, old: _Beams, new: _Beams) -> _Beams:
+def keep_finished(done: torch.Tensor, old: PrefixBeams, new: PrefixBeams) -> PrefixBeams:
     """Rows past their last frame (done: bool [B]) keep their beams."""
     kept = {}
-    for field in dataclasses.fields(_Beams):
+    for field in dataclasses.fields(PrefixBeams):
         o, n = getattr(old, field.name), getattr(new, field.name)
         kept[field.name] = torch.where(done.view(-1, *[1] * (o.dim() - 1)), o, n)
-    return _Beams(**kept)
+    return PrefixBeams(**kept)
 
 
 def prefix_beam_search(
@@ -175,15 +175,15 @@ def prefix_beam_search(
     b, t, v = log_probs.shape
     device = log_probs.device
     lengths = lengths.to(device)
-    const = _Constants.on(v, device)
-    beams = _Beams.empty(b, beam_size, device)
+    const = PrefixConstants.on(v, device)
+    beams = PrefixBeams.empty(b, beam_size, device)
     stay_put = torch.arange(beam_size, device=device).expand(b, beam_size)
     parents = torch.empty(t, b, beam_size, dtype=torch.long, device=device)
     labels = torch.empty_like(parents)
     for frame_index in range(t):
-        new, parent, label = _step(beams, log_probs[:, frame_index].float(), blank_id, const, context)
+        new, parent, label = prefix_step(beams, log_probs[:, frame_index].float(), blank_id, const, context)
         done = frame_index >= lengths
-        beams = _freeze(done, beams, new)
+        beams = keep_finished(done, beams, new)
         parents[frame_index] = torch.where(done[:, None], stay_put, parent)
         labels[frame_index] = torch.where(done[:, None], -1, label)
     rank = beams.total
