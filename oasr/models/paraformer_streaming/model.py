@@ -133,7 +133,7 @@ class ParaformerStreaming(Paraformer):
                    final: bool) -> ChunkLogits:
         """features: [B, K, D_in] each row's new LFR frames (K = 0 for a ``tail`` step) -> the fired rows'
         logits; ``batch`` is updated to the state after the step."""
-        dtype = self.decoder.output_layer.weight.dtype
+        dtype = self.decoder.output_layer.compute_dtype  # the weight may be held quantized
         hidden = self.encode_chunk(features.to(dtype), batch, chunk, tail=tail)
         fired = self.fire_chunk(hidden, batch, chunk, final=final)
         if not fired.rows:

@@ -63,7 +63,7 @@ class StreamSlots:
             StateField("encoder_kv", (encoder_layers, 2, heads, self.encoder_width, size // heads)),
             StateField("decoder_fsmn", (len(memory), size, kernel - 1)),
             StateField("decoder_kv", (len(d.decoders), 2, cross_heads, self.decoder_width, size // cross_heads)),
-        ), num_slots, weight.device, weight.dtype)
+        ), num_slots, weight.device, d.output_layer.compute_dtype)  # not the weight's: it may be held quantized
         # The CIF's carried weight and frames stay in float32, as the loop that makes them runs.
         self.cif = StreamStatePool((StateField("cif_hidden", (size,)), StateField("cif_alpha", ())), num_slots,
                                    weight.device, torch.float32)
