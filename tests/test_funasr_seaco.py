@@ -114,3 +114,20 @@ def test_phrases_are_spelled_as_funasr_spells_a_hotword_line() -> None:
     assert spelling.spell("Thing 中国") == [5, 6, 3, 4]  # lowercased, then CJK character by character
     assert spelling.spell("xyz 中x") == [7, 7]  # in neither the dict nor all CJK: <unk> a word
     assert HotwordSpelling(tokens).spell("thing 中") == [7, 3]  # no seg_dict: each word must be a token
+
+
+def test_a_bidirectional_bias_encoder_is_refused_naming_the_field(tmp_path: Path) -> None:
+    import shutil
+
+    import yaml
+
+    from oasr.errors import CheckpointError
+    from oasr.models.loader import from_pretrained
+
+    folder = tmp_path / "seaco"
+    shutil.copytree(MODEL, folder)
+    config = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8"))
+    config["model_conf"]["bias_encoder_bid"] = True
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(CheckpointError, match="model_conf.bias_encoder_bid"):
+        from_pretrained(folder, device="cpu")
