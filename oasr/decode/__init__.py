@@ -19,6 +19,7 @@ DECODE_STRATEGIES: Registry[type] = Registry(
         "aed_greedy": "oasr.decode.aed_greedy",
         "ctc_attention_rescore": "oasr.decode.attention_rescoring",
         "cif_greedy": "oasr.decode.cif_greedy",
+        "cif_hotwords": "oasr.decode.cif_hotwords",
         "ctc_greedy": "oasr.decode.ctc_greedy",
         "ctc_prefix_beam": "oasr.decode.ctc_prefix_beam",
         "ctc_wfst": "oasr.decode.ctc_wfst",

@@ -23,6 +23,7 @@ ARCHITECTURES: Registry[type] = Registry(
         "qwen3_asr": "oasr.models.qwen3_asr.model",
         "paraformer": "oasr.models.paraformer.model",
         "paraformer_streaming": "oasr.models.paraformer_streaming.model",
+        "seaco_paraformer": "oasr.models.seaco_paraformer.model",
         "sense_voice": "oasr.models.sense_voice.model",
         "funasr_conformer": "oasr.models.funasr_conformer.model",
         "voxtral": "oasr.models.voxtral.model",

@@ -13,6 +13,7 @@ TOKENIZERS: Registry[type] = Registry(
         "qwen3_asr_json": "oasr.tokenizers.qwen3_asr",
         "sentencepiece": "oasr.tokenizers.sentencepiece",
         "funasr_tokens": "oasr.tokenizers.funasr_tokens",
+        "funasr_tokens_timed": "oasr.tokenizers.funasr_tokens",
         "sense_voice_bpe": "oasr.tokenizers.sense_voice",
         "tekken": "oasr.tokenizers.tekken",
     },

@@ -66,3 +66,14 @@ class FunasrTokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.token_list)
+
+
+@TOKENIZERS.register("funasr_tokens_timed")
+class FunasrTimedTokenizer(FunasrTokenizer):
+    """FunASR's text as its models with a timestamp predictor write it (SeACo-Paraformer's ``CifPredictorV3``):
+    ``sentence_postprocess`` is then always given the tokens' times, and forms words joined by spaces. The times
+    only ride along with the words, so any will do."""
+
+    def decode(self, token_ids: list[int]) -> str:
+        tokens = self.tokens(token_ids)
+        return sentence_words(tokens, [[0, 0]] * len(tokens)).text

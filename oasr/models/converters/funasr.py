@@ -3,8 +3,13 @@ dict), ``am.mvn`` (Kaldi nnet text holding the CMVN shift and scale) and the tok
 list, or ``tokens.txt``, one token a line), as FunASR's ``AutoModel(model=DIR)`` reads them.
 
 OASR's modules mirror FunASR's key names, so the state dict loads as stored: nothing is renamed, and keys no
-module takes (a CTC head that Paraformer's inference never runs) are reported as dropped. What OASR cannot serve
-is refused naming the config field: another model class, encoder, decoder or predictor (SeACo, BiCif...).
+module takes (a CTC head that Paraformer's inference never runs, the timestamp branch of SeACo's
+``CifPredictorV3``) are reported as dropped. What OASR cannot serve is refused naming the config field: another
+model class, encoder, decoder or predictor (BiCif...).
+
+SeACo-Paraformer spells its hotwords through the token list and, when the folder has one, ``seg_dict`` (word ->
+tokens, one a line), as FunASR's ``generate_hotwords_list`` does; both go into the checkpoint's config as
+``hotword_spelling``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.pt"
 CMVN_FILE = "am.mvn"
 TOKEN_FILES = ("tokens.json", "tokens.txt")
+SEG_DICT_FILE = "seg_dict"
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class Family:
     vocabulary: str = "tokens"  # "tokens": a token list file; "bpe": a SentencePiece model
     required: dict[str, Any] = field(default_factory=dict)  # "section.field" -> the value OASR's modules serve
     frontends: tuple[str, ...] = ("WavFrontend", "wav_frontend")  # the config's ``frontend`` values accepted
+    spells_hotwords: bool = False  # the config gets ``hotword_spelling`` (the token list and seg_dict)
 
 
 # Config values OASR's modules are built for (FunASR's defaults for these families): another value is refused,
@@ -85,6 +92,18 @@ CONFORMER_VALUES: dict[str, Any] = {
     "model_conf.share_embedding": False,
 }
 
+# SeACo-Paraformer: the Paraformer's values, an LSTM bias encoder running forward only (OASR's model takes its
+# last step as a hotword's embedding) and a seaco decoder that ends in hidden states (FunASR's inference adds the
+# two attended outputs before its own hotword head; an output layer there would not fit it).
+SEACO_VALUES: dict[str, Any] = {
+    **PARAFORMER_VALUES,
+    "model_conf.bias_encoder_type": "lstm",
+    "model_conf.bias_encoder_bid": False,
+    "seaco_decoder_conf.use_output_layer": False,
+    "seaco_decoder_conf.normalize_before": True,
+    "seaco_decoder_conf.concat_after": False,
+}
+
 FAMILIES = {
     "Paraformer": Family("paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
                                         "predictor": ("CifPredictorV2",)}, "decoder.output_layer.weight",
@@ -94,6 +113,11 @@ FAMILIES = {
                                                            "predictor": ("CifPredictorV2",)},
                                   "decoder.output_layer.weight", required=STREAMING_PARAFORMER_VALUES,
                                   frontends=("WavFrontendOnline",)),
+    # The released SeACo folders time tokens with CifPredictorV3, whose token path is CifPredictorV2's.
+    "SeacoParaformer": Family("seaco_paraformer", {"encoder": ("SANMEncoder",), "decoder": ("ParaformerSANMDecoder",),
+                                                   "predictor": ("CifPredictorV2", "CifPredictorV3"),
+                                                   "seaco_decoder": ("ParaformerSANMDecoder",)},
+                              "decoder.output_layer.weight", required=SEACO_VALUES, spells_hotwords=True),
     "SenseVoiceSmall": Family("sense_voice", {"encoder": ("SenseVoiceEncoderSmall",)}, "ctc.ctc_lo.weight", "bpe",
                               required=FRONTEND_VALUES),
     "Conformer": Family("funasr_conformer", {"encoder": ("ConformerEncoder",), "decoder": ("TransformerDecoder",)},
@@ -113,12 +137,16 @@ class FunasrConverter:
         config = read_config(source)
         family = family_of(config, source)
         tags: dict[str, int] = {}
+        extra: dict[str, Any] = {}
         if family.vocabulary == "bpe":
             tokens_file = bpe_file(config, source)
             vocab_size, tags = bpe_vocabulary(tokens_file, source)
         else:
             tokens_file = token_file(source)
-            vocab_size = len(read_tokens(tokens_file, source))
+            tokens = read_tokens(tokens_file, source)
+            vocab_size = len(tokens)
+            if family.spells_hotwords:
+                extra["hotword_spelling"] = hotword_spelling(config, tokens, source)
         stated = int(config.get("vocab_size") or 0)
         if stated > 0 and stated != vocab_size:
             raise CheckpointError(f"{source}: config.yaml says vocab_size {stated} but {tokens_file.name} "
@@ -132,12 +160,15 @@ class FunasrConverter:
         if rows is not None and rows != vocab_size:
             raise CheckpointError(f"{source}: {WEIGHTS_FILE} scores {rows} tokens ({family.vocab_key}) but "
                                   f"{tokens_file.name} holds {vocab_size}")
+        # FunASR writes the text of a model whose predictor times tokens (CifPredictorV3) as it writes timed text.
+        timed = family.spells_hotwords and config.get("predictor") == "CifPredictorV3"
         return Checkpoint(
             architecture=family.architecture,
-            config={**config, "frontend_conf": frontend, "vocab_size": vocab_size, "tag_token_ids": tags},
+            config={**config, "frontend_conf": frontend, "vocab_size": vocab_size, "tag_token_ids": tags, **extra},
             state_dict=state,
             tokenizer_file=tokens_file,
             format="funasr",
+            tokenizer="funasr_tokens_timed" if timed else None,
         )
 
 
@@ -239,6 +270,28 @@ def read_tokens(path: Path, source: ModelSource | str) -> list[str]:
     if not isinstance(tokens, list) or not tokens or not all(isinstance(t, str) for t in tokens):
         raise CheckpointError(f"{source}: {path.name} is not a non-empty list of token strings")
     return tokens
+
+
+def hotword_spelling(config: dict[str, Any], tokens: list[str], source: ModelSource) -> dict[str, Any]:
+    """The token list, the folder's seg_dict (None without one) and the unknown-word token, for
+    ``oasr.models.seaco_paraformer.hotwords.HotwordSpelling``."""
+    unk = (config.get("tokenizer_conf") or {}).get("unk_symbol", "<unk>")
+    if unk not in tokens:
+        raise CheckpointError(f"{source}: the token list has no {unk!r} (tokenizer_conf.unk_symbol), which "
+                              "hotwords it cannot spell become")
+    if len(set(tokens)) != len(tokens):
+        raise CheckpointError(f"{source}: the token list repeats a token")
+    path = source.directory / SEG_DICT_FILE
+    return {"tokens": tokens, "seg_dict": read_seg_dict(path, source) if path.is_file() else None, "unk": unk}
+
+
+def read_seg_dict(path: Path, source: ModelSource) -> dict[str, list[str]]:
+    """seg_dict: ``word token token ...`` a line (FunASR keeps the last line of a repeated word)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{source}: cannot read {SEG_DICT_FILE}: {exc}") from None
+    return {fields[0]: fields[1:] for fields in (line.split() for line in lines) if fields}
 
 
 def read_cmvn(path: Path, source: ModelSource) -> tuple[list[float], list[float]]:

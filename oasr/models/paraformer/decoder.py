@@ -5,6 +5,11 @@ attention between them) and cross-attention to the encoder frames. ``decoders`` 
 cross-attention, ``decoders2`` those without, ``decoders3`` a last feed-forward block whose output replaces its
 input (no residual, as in FunASR). Names mirror the checkpoint; ``embed`` is held only because checkpoints carry
 it (the decoder reads acoustic embeddings, not tokens).
+
+SeACo-Paraformer (``oasr.models.seaco_paraformer``) reuses the class twice: its main decoder's ``hidden`` (the
+normed output before the vocabulary layer) feeds the hotword path, and its "seaco" decoder is one built without
+``embed`` and ``output_layer`` (FunASR's ``wo_input_layer`` and ``use_output_layer: false``) whose memory is the
+hotwords' embeddings instead of encoder frames.
 """
 
 from __future__ import annotations
@@ -92,7 +97,8 @@ class DecoderLayer(nn.Module):
 
 
 class ParaformerDecoder(nn.Module):
-    def __init__(self, config: ParaformerDecoderConfig, size: int, vocab_size: int) -> None:
+    def __init__(self, config: ParaformerDecoderConfig, size: int, vocab_size: int, *, embed: bool = True,
+                 output_layer: bool = True) -> None:
         super().__init__()
         c = config
 
@@ -100,22 +106,27 @@ class ParaformerDecoder(nn.Module):
             return nn.ModuleList(DecoderLayer(size, c.linear_units, c.attention_heads, c.kernel_size, shift,
                                               memory=memory, cross=cross) for _ in range(count))
 
-        self.embed = nn.Sequential(Embedding(vocab_size, size))
+        self.embed = nn.Sequential(Embedding(vocab_size, size)) if embed else None
         self.decoders = layers(c.att_layer_num, cross=True, shift=c.sanm_shfit)
         # FunASR builds the layers without cross-attention with no FSMN shift, whatever the config says.
         self.decoders2 = layers(c.num_blocks - c.att_layer_num, cross=False, shift=0) \
             if c.num_blocks > c.att_layer_num else None
         self.decoders3 = layers(1, cross=False, shift=0, memory=False)
         self.after_norm = LayerNorm(size, eps=NORM_EPS)
-        self.output_layer = Linear(size, vocab_size)
+        self.output_layer = Linear(size, vocab_size) if output_layer else None
 
     def forward(self, embeds: torch.Tensor, token_counts: torch.Tensor, encoded: torch.Tensor,
                 encoded_lengths: torch.Tensor) -> torch.Tensor:
         """embeds: [B, L, D] CIF embeddings; token_counts: [B]; encoded: [B, T, D]; encoded_lengths: [B]
         -> logits [B, L, vocab]."""
+        return self.output_layer(self.hidden(embeds, token_counts, encoded, encoded_lengths))
+
+    def hidden(self, embeds: torch.Tensor, token_counts: torch.Tensor, encoded: torch.Tensor,
+               encoded_lengths: torch.Tensor) -> torch.Tensor:
+        """``forward``'s arguments -> the normed last layer's output [B, L, D], before the vocabulary layer."""
         mask = frame_mask(token_counts, embeds.shape[1])[:, :, None].to(embeds.dtype)
         encoded_mask = frame_mask(encoded_lengths, encoded.shape[1])
         x = embeds
         for layer in (*self.decoders, *(self.decoders2 or ()), *self.decoders3):
             x = layer(x, mask, encoded, encoded_mask)
-        return self.output_layer(self.after_norm(x))
+        return self.after_norm(x)

@@ -1,0 +1,1 @@
+"""SeACo-Paraformer (FunASR): Paraformer with per-request hotwords through a bias encoder and a "seaco" decoder."""
