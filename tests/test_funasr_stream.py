@@ -21,6 +21,7 @@ import torch
 from oasr.cli import main
 from oasr.engine.streams import StreamingEngine
 from oasr.models.loader import from_pretrained
+from oasr.models.paraformer_streaming.stream import ParaformerStream
 from oasr.streaming.types import StreamOptions
 from tests.speech_data import audio_path, require_speech_data
 
@@ -52,7 +53,7 @@ def pieces(audio: np.ndarray, size: int) -> list[np.ndarray]:
 
 
 def feed(loaded, audio: np.ndarray, size: int) -> list[list[int]]:
-    stream = loaded.model.open_stream(loaded.features)
+    stream = ParaformerStream(loaded.model, loaded.features)
     parts = pieces(audio, size)
     return [stream.push(part, final=i == len(parts) - 1) for i, part in enumerate(parts)]
 
@@ -141,7 +142,7 @@ def test_a_decoder_reset_in_a_batch_is_the_streams_own(loaded) -> None:
     steps = min(len(a) for a in audio) // PIECE
     alone = []
     for index, samples in enumerate(audio):
-        stream = model.open_stream(loaded.features)
+        stream = ParaformerStream(model, loaded.features)
         decided = []
         for step in range(steps):
             if index == 0 and step == 2:
@@ -231,7 +232,7 @@ def test_a_chunk_without_look_ahead_is_refused(capsys) -> None:
 
 
 def test_audio_after_the_final_piece_is_refused(loaded) -> None:
-    stream = loaded.model.open_stream(loaded.features)
+    stream = ParaformerStream(loaded.model, loaded.features)
     stream.push(np.zeros(PIECE, dtype=np.float32), final=True)
     with pytest.raises(ValueError, match="after the stream's final piece"):
         stream.push(np.zeros(10, dtype=np.float32))

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,6 +17,7 @@ import torch
 from oasr.vad import VAD_DETECTORS
 from oasr.vad.detector import Audio, as_samples
 from oasr.models.fsmn_vad.net import FsmnVadNet, load_fsmn_vad
+from oasr.models.fsmn_vad.stream import FsmnStream
 from oasr.vad.fsmn_segments import (
     DYNAMIC_FIRST_END_SILENCE_MS,
     DYNAMIC_SPEECH_NOISE_THRES,
@@ -25,9 +25,6 @@ from oasr.vad.fsmn_segments import (
     FsmnSegmenter,
     frame_decibels,
 )
-
-if TYPE_CHECKING:
-    from oasr.models.fsmn_vad.stream import FsmnStream
 
 SAMPLE_RATE = 16_000
 FRAME_SAMPLES = 160  # one fbank frame shift (10 ms): the network scores each
@@ -76,9 +73,7 @@ class FsmnVAD:
 
     def open_stream(self) -> FsmnStream:
         """A live stream (``oasr.vad.stream``): FunASR's streaming events as speech edges, piece by piece."""
-        from oasr.models.fsmn_vad.stream import FsmnStream
-
-        return FsmnStream(self)
+        return FsmnStream(self.net, self.segment_config, self.device)
 
     def segments(self, audio: Audio) -> list[list[int]]:
         """FunASR's ``AutoModel.generate`` segments for a whole clip under 10 s: ``[[start_ms, end_ms], ...]``

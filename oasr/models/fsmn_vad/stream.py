@@ -11,17 +11,13 @@ restarts the stream where it cuts the audio itself (a realtime commit or clear).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import torch
 
 from oasr.errors import CheckpointError
-from oasr.vad.fsmn_segments import IN_SPEECH, DynamicSilence, FsmnSegmenter, frame_decibels
+from oasr.models.fsmn_vad.net import FsmnVadNet
+from oasr.vad.fsmn_segments import IN_SPEECH, DynamicSilence, FsmnSegmentConfig, FsmnSegmenter, frame_decibels
 from oasr.vad.stream import SpeechEdge, StreamSegments
-
-if TYPE_CHECKING:
-    from oasr.models.fsmn_vad.detector import FsmnVAD
 
 # FunASR's streaming example feeds 200 ms pieces (its golden streams too, tests/data/funasr/fsmn_vad.json): the
 # piece bounds how late an event is heard, and is the step of the dynamic silence schedule.
@@ -29,13 +25,13 @@ PIECE_MS = 200
 
 
 class FsmnStream:
-    def __init__(self, detector: FsmnVAD, piece_ms: int = PIECE_MS) -> None:
-        net = detector.net
+    def __init__(self, net: FsmnVadNet, segment_config: FsmnSegmentConfig, device: torch.device,
+                 piece_ms: int = PIECE_MS) -> None:
         frontend = net.frontend.config
         if frontend.lfr_n != 1:  # the state machine steps one 10 ms frame per score
             raise CheckpointError(f"FSMN-VAD streams need LFR frames every fbank frame (lfr_n 1), not {frontend.lfr_n}")
         self.net = net
-        self.device = detector.device
+        self.device = device
         self.frontend = frontend
         self.piece_samples = piece_ms * frontend.sample_rate // 1000
         self.samples_per_ms = frontend.sample_rate // 1000
@@ -43,7 +39,7 @@ class FsmnStream:
         self.right = frontend.lfr_m - 1 - self.left  # fbank frames an LFR frame waits for
         self.cmvn = (torch.tensor([frontend.cmvn_shift, frontend.cmvn_scale])[:, : frontend.feature_size]
                      if frontend.cmvn_shift else torch.tensor([[0.0], [1.0]])).to(self.device)
-        self.segmenter = FsmnSegmenter(detector.segment_config)
+        self.segmenter = FsmnSegmenter(segment_config)
         self.schedule = DynamicSilence(piece_ms)
         self._pending = np.zeros(0, dtype=np.float32)  # samples short of a whole piece
         self._audio = np.zeros(0, dtype=np.float32)  # samples from the next fbank frame's first

@@ -24,12 +24,10 @@ decoder after an endpoint) are masked where the others have real keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from oasr.features.funasr_fbank import FunasrFbank
 from oasr.models import ARCHITECTURES
 from oasr.models.base import EncoderOutput
 from oasr.models.capabilities import ModelCapabilities
@@ -44,9 +42,6 @@ from oasr.models.paraformer_streaming.layers import (
     sinusoid_rows,
 )
 from oasr.models.paraformer_streaming.state import StreamBatch, StreamSlots, decode_layers
-
-if TYPE_CHECKING:  # annotations only
-    from oasr.models.paraformer_streaming.stream import ParaformerStream
 
 
 @dataclass(frozen=True)
@@ -122,11 +117,6 @@ class ParaformerStreaming(Paraformer):
         return ChunkConfig((0, frames, frames // 2), self.chunk.encoder_chunk_look_back,
                            self.chunk.decoder_chunk_look_back)
 
-    def open_stream(self, fbank: FunasrFbank, chunk: ChunkConfig | None = None) -> ParaformerStream:
-        """A new stream's decoder (its frontend, caches and pending samples), under ``chunk`` or the default."""
-        from oasr.models.paraformer_streaming.stream import ParaformerStream  # it builds on this module
-
-        return ParaformerStream(self, fbank, chunk)
 
     # -- a step -------------------------------------------------------------------------------------------
     def step_chunk(self, features: torch.Tensor, batch: StreamBatch, chunk: ChunkConfig, *, tail: bool,
