@@ -293,6 +293,9 @@ class FakeServing:
 
         self.engine = Engine()
 
+    async def punctuated_text(self, text: str) -> str:  # no --punctuate: a completed transcript as decoded
+        return text
+
     async def transcribe_turn(self, audio, options, hold, on_text, *, words=False):
         self.started.set()
         try:
