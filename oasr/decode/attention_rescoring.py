@@ -26,7 +26,7 @@ import torch
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel
-from oasr.decode.ctc_prefix_beam import PrefixBeams, PrefixConstants, keep_finished, prefix_step
+from oasr.decode.ctc_prefix_beam import run_prefix_beams
 from oasr.decode.pending import LaunchesEagerly
 
 DEFAULT_RESCORE_WEIGHT = 0.5
@@ -57,20 +57,10 @@ def prefix_beam_nbest(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: 
 
     The same search as ``prefix_beam_search`` (no hotwords), read back whole: one host sync for the batch.
     """
-    b, t, v = log_probs.shape
+    b, t, _ = log_probs.shape
     device = log_probs.device
-    lengths = lengths.to(device)
-    const = PrefixConstants.on(v, device)
-    beams = PrefixBeams.empty(b, beam_size, device)
+    beams, parents, labels = run_prefix_beams(log_probs, lengths, blank_id, beam_size)
     stay_put = torch.arange(beam_size, device=device).expand(b, beam_size)
-    parents = torch.empty(t, b, beam_size, dtype=torch.long, device=device)
-    labels = torch.empty_like(parents)
-    for frame_index in range(t):
-        new, parent, label = prefix_step(beams, log_probs[:, frame_index].float(), blank_id, const)
-        done = frame_index >= lengths
-        beams = keep_finished(done, beams, new)
-        parents[frame_index] = torch.where(done[:, None], stay_put, parent)
-        labels[frame_index] = torch.where(done[:, None], -1, label)
     rows = torch.arange(b, device=device)[:, None]
     beam = stay_put.clone()
     path = torch.empty(t, b, beam_size, dtype=torch.long, device=device)

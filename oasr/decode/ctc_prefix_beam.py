@@ -162,16 +162,10 @@ def keep_finished(done: torch.Tensor, old: PrefixBeams, new: PrefixBeams) -> Pre
     return PrefixBeams(**kept)
 
 
-def prefix_beam_search(
-    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, beam_size: int,
-    context: ContextGraph | None = None,
-) -> tuple[list[list[int]], torch.Tensor]:
-    """log_probs: [B, T, V]; lengths: [B] -> (best label sequence per row, its score [B]).
-
-    The score sums the alignments the beams kept: the sequence's CTC log-likelihood when nothing was pruned,
-    a lower bound of it otherwise. With ``context`` (hotwords) the best is the one whose score plus the boost of
-    its completed phrases is highest; the score returned is still the acoustic one.
-    """
+def run_prefix_beams(log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, beam_size: int,
+                     context: ContextGraph | None = None) -> tuple[PrefixBeams, torch.Tensor, torch.Tensor]:
+    """The search over every frame: log_probs [B, T, V], lengths [B] -> (the beams it ends with, per frame the
+    back-pointers [T, B, K] and the labels [T, B, K] taken, -1 for none; a row past its length stays put)."""
     b, t, v = log_probs.shape
     device = log_probs.device
     lengths = lengths.to(device)
@@ -186,6 +180,22 @@ def prefix_beam_search(
         beams = keep_finished(done, beams, new)
         parents[frame_index] = torch.where(done[:, None], stay_put, parent)
         labels[frame_index] = torch.where(done[:, None], -1, label)
+    return beams, parents, labels
+
+
+def prefix_beam_search(
+    log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int, beam_size: int,
+    context: ContextGraph | None = None,
+) -> tuple[list[list[int]], torch.Tensor]:
+    """log_probs: [B, T, V]; lengths: [B] -> (best label sequence per row, its score [B]).
+
+    The score sums the alignments the beams kept: the sequence's CTC log-likelihood when nothing was pruned,
+    a lower bound of it otherwise. With ``context`` (hotwords) the best is the one whose score plus the boost of
+    its completed phrases is highest; the score returned is still the acoustic one.
+    """
+    b, t, _ = log_probs.shape
+    device = log_probs.device
+    beams, parents, labels = run_prefix_beams(log_probs, lengths, blank_id, beam_size, context)
     rank = beams.total
     if context is not None:  # an unfinished phrase gives its boost back
         rank = rank + beams.context_score - context.pending[beams.context_state]
