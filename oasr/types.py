@@ -78,14 +78,13 @@ def check_beam_options(beam_size: int | None, patience: float | None, length_pen
 
 
 def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None, lm_weight: float | None,
-                     word_bonus: float | None, hotwords: tuple = (), beam_size_token: int | None = None,
+                     word_bonus: float | None, beam_size_token: int | None = None,
                      beam_threshold: float | None = None) -> None:
-    """A language model, lexicon or hotwords steer a beam search: they need ``beam_size``; the weights and the
-    word-level search's pruning knobs need a language model or lexicon."""
+    """A language model or lexicon steers a beam search: it needs ``beam_size``; the weights and the word-level
+    search's pruning knobs need a language model or lexicon. Whether hotwords need ``beam_size`` depends on the
+    model (its capability record: ``hotwords_need_beam``), so the engine's option check decides that."""
     if (lm is not None or lexicon is not None) and beam_size is None:
         raise ValueError("lm and lexicon steer beam search: give beam_size too")
-    if hotwords and beam_size is None:
-        raise ValueError("hotwords bias beam search: give beam_size too")
     if (lm_weight is not None or word_bonus is not None) and lm is None and lexicon is None:
         raise ValueError("lm_weight and word_bonus weigh a language model or lexicon: give lm or lexicon too")
     if (beam_size_token is not None or beam_threshold is not None) and lm is None and lexicon is None:
@@ -188,8 +187,8 @@ class TranscribeOptions:
     def __post_init__(self) -> None:
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
-        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords,
-                         self.beam_size_token, self.beam_threshold)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.beam_size_token,
+                         self.beam_threshold)
         check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
         check_rescore_weight(self.beam_size, self.rescore_weight)
         if self.batch_size < 1:
@@ -260,8 +259,8 @@ class DecodeOptions:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         check_beam_options(self.beam_size, self.patience, self.length_penalty)
         object.__setattr__(self, "hotwords", tuple(self.hotwords))  # a list would not hash (requests group by it)
-        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.hotwords,
-                         self.beam_size_token, self.beam_threshold)
+        check_lm_options(self.beam_size, self.lm, self.lexicon, self.lm_weight, self.word_bonus, self.beam_size_token,
+                         self.beam_threshold)
         check_graph_options(self.decoding_graph, self.beam_size, self.lm, self.lexicon, self.hotwords)
         check_rescore_weight(self.beam_size, self.rescore_weight)
         if self.beam_size is not None and self.temperature > 0:
@@ -279,12 +278,14 @@ class DecodeOptions:
 def word_search_fields(options: DecodeOptions | TranscribeOptions, keep: bool = True) -> dict[str, Any]:
     """The fields that steer a beam search beyond its size (lm, lexicon, lm_weight, word_bonus, beam_size_token,
     beam_threshold, rescore_weight, hotwords) to pass on, or (``keep=False``) their defaults, for a window that
-    samples instead of searching; and the decoding graph, which needs no beam_size and so goes with every window."""
+    samples instead of searching; and what needs no beam_size and so goes with every window: the decoding graph,
+    and hotwords given without one (a model whose network takes them: ``hotwords_need_beam`` False)."""
     fields = {"lm": options.lm, "lexicon": options.lexicon, "lm_weight": options.lm_weight,
               "word_bonus": options.word_bonus, "beam_size_token": options.beam_size_token,
               "beam_threshold": options.beam_threshold, "rescore_weight": options.rescore_weight}
-    searched = {**fields, "hotwords": options.hotwords} if keep else {**dict.fromkeys(fields), "hotwords": ()}
-    return {**searched, "decoding_graph": options.decoding_graph}
+    searched = fields if keep else dict.fromkeys(fields)
+    hotwords = options.hotwords if keep or options.beam_size is None else ()
+    return {**searched, "hotwords": hotwords, "decoding_graph": options.decoding_graph}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from oasr.cli import main
+from oasr.errors import UnsupportedOptionError
+from oasr.types import DecodeOptions, Hotword
 from tests.speech_data import audio_path, require_speech_data
 
 DATA = Path(__file__).parent / "data" / "funasr"
@@ -48,10 +50,10 @@ def test_seaco_without_hotwords_gives_funasrs_tokens_and_text(capsys) -> None:
     assert [row["text"] for row in rows] == expected["texts"]
 
 
-@pytest.mark.parametrize("run", [1, 2])
-def test_seaco_hotwords_give_funasrs_tokens_and_text(capsys, run: int) -> None:
+@pytest.mark.parametrize(("run", "beam"), [(1, ["--beam-size", "1"]), (2, [])])  # the hotwords need no beam
+def test_seaco_hotwords_give_funasrs_tokens_and_text(capsys, run: int, beam: list[str]) -> None:
     expected = golden()
-    rows = transcribe(capsys, "--beam-size", "1", "--hotwords", ",".join(expected["hotwords"][run]))
+    rows = transcribe(capsys, *beam, "--hotwords", ",".join(expected["hotwords"][run]))
     assert [row["token_ids"] for row in rows] == expected["runs"][run]["token_ids"]
     assert [row["text"] for row in rows] == expected["runs"][run]["texts"]
 
@@ -88,7 +90,22 @@ def refusal(capsys, model: Path, *extra: str) -> str:
 
 def test_a_boost_or_a_wider_beam_is_refused_by_name(capsys) -> None:
     assert "carry no boost" in refusal(capsys, MODEL, "--beam-size", "1", "--hotwords", "thing:3")
-    assert "beam_size must be 1" in refusal(capsys, MODEL, "--beam-size", "2", "--hotwords", "thing")
+    assert "no wider than beam_size 1, got 2" in refusal(capsys, MODEL, "--beam-size", "2", "--hotwords", "thing")
+
+
+def test_hotwords_need_no_beam_size_on_seaco_and_still_do_elsewhere() -> None:
+    """SeACo's network takes the hotwords (its record: hotwords_need_beam False), so a request gives them alone and
+    decodes as with beam_size 1; a CTC model's hotwords steer its prefix search and still need beam_size."""
+    from oasr.models import ARCHITECTURES
+    from oasr.models.capabilities import capabilities_of, check_options
+
+    seaco, ctc = (capabilities_of(ARCHITECTURES.get(name)) for name in ("seaco_paraformer", "parakeet_ctc"))
+    assert not seaco.hotwords_need_beam and ctc.hotwords_need_beam
+    alone = DecodeOptions(hotwords=(Hotword("x"),))
+    check_options(seaco, alone, "seaco")
+    assert seaco.strategy_for(alone) == "cif_hotwords" and seaco.strategy_for(DecodeOptions()) == "cif_greedy"
+    with pytest.raises(UnsupportedOptionError, match="give beam_size too"):
+        check_options(ctc, alone, "ctc")
 
 
 def test_only_the_seaco_checkpoint_serves_hotwords(capsys) -> None:
@@ -131,3 +148,29 @@ def test_a_bidirectional_bias_encoder_is_refused_naming_the_field(tmp_path: Path
     (folder / "config.yaml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     with pytest.raises(CheckpointError, match="model_conf.bias_encoder_bid"):
         from_pretrained(folder, device="cpu")
+
+
+def test_the_server_takes_seaco_hotwords_alone_and_refuses_a_wider_beam() -> None:
+    import openai
+
+    from oasr.serving.app import build_app
+    from oasr.serving.settings import ServerSettings
+    from serving_harness import WAIT_S, running_server, small_engine
+
+    expected = golden()
+    clip = Path(clip_paths()[0])
+    engine = small_engine(str(MODEL))
+    try:
+        with running_server(build_app(engine, ServerSettings(served_model_name="seaco"))) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=WAIT_S)
+            hotwords = ",".join(expected["hotwords"][2])
+            answer = client.audio.transcriptions.create(file=(clip.name, clip.read_bytes()), model="seaco",
+                                                        extra_body={"hotwords": hotwords})
+            assert answer.text == expected["runs"][2]["texts"][0] != expected["runs"][0]["texts"][0]
+            with pytest.raises(openai.BadRequestError) as info:
+                client.audio.transcriptions.create(file=(clip.name, clip.read_bytes()), model="seaco",
+                                                   extra_body={"hotwords": hotwords, "beam_size": 2})
+            body = info.value.body
+            assert body["param"] == "beam_size" and "no wider than beam_size 1" in body["message"], body
+    finally:
+        engine.shutdown()

@@ -108,8 +108,8 @@ def test_the_engine_decodes_hotwords_as_the_biased_search_does(loaded) -> None:
 
 def test_hotwords_are_refused_where_no_search_takes_them(loaded, capsys) -> None:
     model, directory = loaded
-    with pytest.raises(ValueError, match="give beam_size too"):
-        DecodeOptions(hotwords=(Hotword("x"),))
+    with pytest.raises(UnsupportedOptionError, match="give beam_size too"):  # its hotwords steer its search
+        oasr.transcribe(JFK, model, hotwords="the")
     whisper = capabilities_of(WhisperForConditionalGeneration)
     with pytest.raises(UnsupportedOptionError, match="option hotwords"):
         check_options(whisper, DecodeOptions(beam_size=2, hotwords=(Hotword("x"),)), "whisper")

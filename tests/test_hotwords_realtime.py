@@ -8,6 +8,8 @@ import asyncio
 import pytest
 
 from oasr.errors import UnsupportedOptionError
+from oasr.models import ARCHITECTURES
+from oasr.models.capabilities import capabilities_of, check_options
 from oasr.types import Hotword
 from test_realtime_session import FakeServing, FakeSocket, connection, ga_update, manual_turn_events, until
 
@@ -15,12 +17,13 @@ from test_realtime_session import FakeServing, FakeSocket, connection, ga_update
 class RecordingServing(FakeServing):
     """FakeServing that keeps each turn's options; ``refuse_hotwords``: the engine serves no hotwords."""
 
-    def __init__(self, refuse_hotwords: bool = False) -> None:
+    def __init__(self, refuse_hotwords: bool = False, capabilities=None) -> None:
         super().__init__("ok")
         self.options = []
+        record = capabilities
 
         class Engine:
-            capabilities = None
+            capabilities = record
 
             async def check(self, options) -> None:
                 if refuse_hotwords and options.hotwords:
@@ -53,6 +56,18 @@ def test_a_sessions_hotwords_reach_its_turns_as_a_beam_search() -> None:
     session(serving, events, lambda sent: any(e["type"].endswith("completed") for e in sent))
     (options,) = serving.options
     assert options.hotwords == (Hotword("new york", 3.0), Hotword("kennedy")) and options.beam_size == 4
+
+
+def test_a_model_whose_network_takes_hotwords_decodes_them_without_a_beam() -> None:
+    """SeACo-Paraformer's record says its hotwords need no beam (its strategy serves none wider than 1): a
+    session's turns carry them alone, where a beam of 4 would be refused."""
+    seaco = capabilities_of(ARCHITECTURES.get("seaco_paraformer"))
+    serving = RecordingServing(capabilities=seaco)
+    events = [ga_update({"transcription": {"hotwords": "kennedy"}}), *manual_turn_events()]
+    session(serving, events, lambda sent: any(e["type"].endswith("completed") for e in sent))
+    (options,) = serving.options
+    assert options.hotwords == (Hotword("kennedy"),) and options.beam_size is None
+    check_options(seaco, options, "seaco")
 
 
 @pytest.mark.parametrize("hotwords, refuse, code", [("x:zz", False, "invalid_value"),

@@ -26,6 +26,10 @@ class DecodeStrategy:
     # beam_threshold) through ``with_words``.
     fuses_lm: ClassVar[bool] = False
     biases: ClassVar[bool] = False  # serves DecodeOptions.hotwords (``for_beam(..., hotwords, contexts)``)
+    # Its hotwords need no beam_size: the network biases its own output (SeACo-Paraformer's hotword path) instead of
+    # a search steering towards them, so a request may give hotwords alone (``for_beam(1, hotwords, ...)``).
+    biases_greedy: ClassVar[bool] = False
+    widest_beam: ClassVar[int | None] = None  # the largest beam_size it serves (None: any)
     graph_capturable: ClassVar[bool] = False  # takes ``cuda_graphs=`` and replays captured steps
     decodes_graphs: ClassVar[bool] = False  # serves DecodeOptions.decoding_graph through ``for_graph``
     rescores: ClassVar[bool] = False  # serves DecodeOptions.rescore_weight through ``for_rescoring``

@@ -1,9 +1,9 @@
 """Greedy CIF decoding steered by hotwords (SeACo-Paraformer): the model scores every fired position once with
 its hotword path and each position takes its best token, as ``cif_greedy`` does without hotwords.
 
-The frame-synchronous runner reaches it as the architecture's searching strategy: a request gives hotwords with
-``beam_size`` 1 (hotwords need a beam size, and this model has no search wider than one), and the runner launches
-it once per distinct hotword list over the rows that asked for that list.
+The frame-synchronous runner reaches it as the architecture's searching strategy: a request gives hotwords alone
+(they bias the network, not a search: ``biases_greedy``) or with ``beam_size`` 1 (the widest it serves), and the
+runner launches it once per distinct hotword list over the rows that asked for that list.
 
 Model contract: ``cif_logits`` and ``dropped_ids`` (``oasr.decode.cif_greedy``) plus
 ``cif_logits_biased(hidden [B, T, D], lengths [B], hotwords) -> (scores [B, L, V], token_counts [B])``, every row
@@ -32,8 +32,10 @@ class BiasedCifModel(CifModel, Protocol):
 @DECODE_STRATEGIES.register("cif_hotwords")
 class CifHotwords(DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"
-    searches: ClassVar[bool] = True  # serves beam_size, of 1 only (the model refuses wider)
+    searches: ClassVar[bool] = True  # serves beam_size, of 1 only
     biases: ClassVar[bool] = True
+    biases_greedy: ClassVar[bool] = True
+    widest_beam: ClassVar[int | None] = 1
 
     def __init__(self, hotwords: tuple[Hotword, ...] = ()) -> None:
         self.hotwords = hotwords

@@ -213,8 +213,8 @@ class FrameSyncRunner:
     def _strategy_for(self, spec: SearchSpec):
         if spec.decoding_graph is not None:
             return self._graph_strategy.for_graph(self._graphs.get(spec.decoding_graph))
-        if spec.beam_size is None:
-            return self.strategy
+        if spec.beam_size is None:  # hotwords alone: the check let them through only where they need no search
+            return self._beam_strategy.for_beam(1, spec.hotwords, self._contexts) if spec.hotwords else self.strategy
         if spec.rescore_weight is not None:
             return self._beam_strategy.for_rescoring(spec.beam_size, spec.rescore_weight)
         if spec.lm is not None or spec.lexicon is not None:

@@ -122,11 +122,21 @@ class ModelCapabilities:
                        "rescoring": strategy is not None and strategy.rescores}
         return self.options | {key for key, served in by_strategy.items() if served}
 
+    @property
+    def hotwords_need_beam(self) -> bool:
+        """Whether a request's hotwords need ``beam_size`` beside them: they steer a search, unless the strategy
+        that takes them biases the network's own output (``biases_greedy``)."""
+        from oasr.decode import DECODE_STRATEGIES
+
+        beam = self.beam_strategy
+        return beam is None or not DECODE_STRATEGIES.get(beam).biases_greedy
+
     def strategy_for(self, options: DecodeOptions) -> str:
         """The strategy that decodes a request with ``options`` (check them first)."""
         if options.decoding_graph is not None:
             return self.graph_strategy
-        return self.beam_strategy if options.beam_size is not None else self.default_strategy
+        searched = options.beam_size is not None or bool(options.hotwords)  # hotwords alone: checked to need none
+        return self.beam_strategy if searched else self.default_strategy
 
 
 def unserved_option(capabilities: ModelCapabilities, options: DecodeOptions) -> str | None:
@@ -148,6 +158,18 @@ def check_options(capabilities: ModelCapabilities, options: DecodeOptions, name:
     if option is not None:
         raise UnsupportedOptionError(f"{name} does not serve the option {option} "
                                      f"(got {getattr(options, option)!r})")
+    if options.hotwords and options.beam_size is None and capabilities.hotwords_need_beam:
+        raise UnsupportedOptionError(f"{name}: hotwords bias its beam search: give beam_size too")
+    widest = _widest_beam(capabilities)
+    if options.beam_size is not None and widest is not None and options.beam_size > widest:
+        raise UnsupportedOptionError(f"{name} searches no wider than beam_size {widest}, got {options.beam_size}")
+
+
+def _widest_beam(capabilities: ModelCapabilities) -> int | None:
+    from oasr.decode import DECODE_STRATEGIES
+
+    beam = capabilities.beam_strategy
+    return DECODE_STRATEGIES.get(beam).widest_beam if beam is not None else None
 
 
 def capabilities_of(arch: type) -> ModelCapabilities:

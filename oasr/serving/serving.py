@@ -278,6 +278,10 @@ class OpenAIServingTranscription:
     async def _refusal(self, options: DecodeOptions, exc: UnsupportedOptionError) -> APIError:
         """The 400 for options the engine refused, naming the request field it refuses on its own (asked one
         field at a time; only a refused request pays for these checks)."""
+        capabilities = self.engine.capabilities
+        if (options.hotwords and options.beam_size is None and capabilities is not None
+                and "hotwords" in capabilities.served_options and capabilities.hotwords_need_beam):
+            return APIError(400, f"{exc}.", param="hotwords", code="invalid_value")  # "give beam_size too"
         plain = DecodeOptions(task=options.task)
         if options.language is not None and not await self._serves(plain):
             # A model that needs the spoken language (Canary does not detect it): check the others beside it.
@@ -302,7 +306,8 @@ class OpenAIServingTranscription:
             "prompt": f"{model} takes no text prompt; send the request without 'prompt'.",
             "temperature": f"{model} decodes greedily only; 'temperature' must be 0.",
             "timestamp_granularities": f"{model} gives no segment timestamps; leave out 'timestamp_granularities'.",
-            "beam_size": f"{model} has no beam search; send the request without 'beam_size'.",
+            "beam_size": (f"{exc}." if capabilities is not None and "beam_size" in capabilities.served_options
+                          else f"{model} has no beam search; send the request without 'beam_size'."),
             "hotwords": f"{model} takes no hotwords; send the request without 'hotwords'.",
             "target_language": f"{model} cannot write target_language {options.target_language!r}.",
         }.get(refused, str(exc))

@@ -59,11 +59,8 @@ class SeacoParaformer(Paraformer):
         return tiny_config()
 
     def prompt_id(self, options: DecodeOptions) -> None:
-        """No prompt; refuses here (the runner's option check) what the hotword path cannot serve."""
-        if options.beam_size is not None and options.beam_size != 1:
-            raise UnsupportedOptionError(
-                f"SeACo-Paraformer takes each position's best token (FunASR's search): beam_size must be 1, the "
-                f"size that carries hotwords, got {options.beam_size}")
+        """No prompt; refuses here (the runner's option check) what the hotword path cannot serve (a beam wider
+        than 1 is refused by the capability check: its strategy's ``widest_beam``)."""
         if options.hotwords:
             if self.config.hotword_spelling is None:
                 raise UnsupportedOptionError("this SeACo-Paraformer was built without a token list: it cannot "

@@ -85,7 +85,8 @@ _UPDATES = ("session.update", "transcription_session.update")
 _EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
 _PEEK_CHARS = 512
 
-# The beam a turn with hotwords is searched with (a session has no beam_size of its own).
+# The beam a turn with hotwords is searched with (a session has no beam_size of its own), where the model's
+# hotwords steer a search; a model whose network takes them (``hotwords_need_beam`` False) decodes them without one.
 HOTWORD_BEAM_SIZE = 4
 
 
@@ -454,15 +455,20 @@ class RealtimeConnection:
             raise ProtocolError("This model streams its turns, decoded greedily: it takes no hotwords.",
                                 code="unsupported_option", param=param)
         try:
-            await self.serving.engine.check(DecodeOptions(beam_size=HOTWORD_BEAM_SIZE, hotwords=hotwords))
+            await self.serving.engine.check(DecodeOptions(beam_size=self._hotword_beam(), hotwords=hotwords))
         except UnsupportedOptionError as exc:
             raise ProtocolError(str(exc), code="unsupported_option", param=param) from None
 
     def _options(self, config: SessionConfig) -> DecodeOptions:
-        # Hotwords steer a beam search: a session that sends them has its turns searched (checked in _update).
+        # Hotwords steer a beam search (where the model needs one): a session that sends them has its turns searched
+        # (checked in _update).
         hotwords = inline_hotwords(config.hotwords)
         return DecodeOptions(language=config.language or None, prompt=config.prompt or None,
-                             beam_size=HOTWORD_BEAM_SIZE if hotwords else None, hotwords=hotwords)
+                             beam_size=self._hotword_beam() if hotwords else None, hotwords=hotwords)
+
+    def _hotword_beam(self) -> int | None:
+        capabilities = self.serving.engine.capabilities
+        return HOTWORD_BEAM_SIZE if capabilities is None or capabilities.hotwords_need_beam else None
 
     # ------------------------------------------------------------------ streamed turns
 
