@@ -240,3 +240,34 @@ def test_rescore_weight_without_a_beam_is_a_clear_error(capsys) -> None:
                  "--rescore-weight", "0.5"]) != 0
     err = capsys.readouterr().err
     assert "oasr: error:" in err and "give beam_size too" in err and "Traceback" not in err
+
+
+def test_the_server_takes_rescore_weight_beside_beam_size_and_refuses_it_alone() -> None:
+    import oasr
+    import openai
+
+    from oasr.serving.app import build_app
+    from oasr.serving.settings import ServerSettings
+    from serving_harness import WAIT_S, running_server, small_engine
+
+    clip = Path(clip_paths()[0])
+    by_weight = {w: oasr.transcribe(str(clip), model=str(MODEL), device="cpu", dtype="float32", beam_size=3,
+                                    rescore_weight=w)[0].text for w in (0.0, 1.0)}
+    engine = small_engine(str(MODEL))
+    try:
+        with running_server(build_app(engine, ServerSettings(served_model_name="conformer"))) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=WAIT_S)
+
+            def ask(**extra):
+                return client.audio.transcriptions.create(file=(clip.name, clip.read_bytes()), model="conformer",
+                                                          extra_body=extra).text
+
+            assert {w: ask(beam_size=3, rescore_weight=w) for w in by_weight} == by_weight
+            for extra, says in (({"rescore_weight": 0.5}, "give beam_size too"),
+                                ({"beam_size": 3, "rescore_weight": 1.5}, "less than or equal to 1")):
+                with pytest.raises(openai.BadRequestError) as info:
+                    ask(**extra)
+                body = info.value.body
+                assert body["param"] == "rescore_weight" and says in body["message"], body
+    finally:
+        engine.shutdown()

@@ -87,6 +87,8 @@ class TranslationParams(BaseModel):
     length_penalty: float | None = Field(default=None, ge=0.0, le=1.0)
     # Hotwords for a beam search, "phrase[:boost],..." (not "@FILE": a client names no file on the server).
     hotwords: str | None = Field(default=None, max_length=MAX_HOTWORDS_CHARS)
+    # Attention rescoring of the beam's n-best (CTC + attention models): the attention score's share, with beam_size.
+    rescore_weight: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class TranscriptionParams(TranslationParams):

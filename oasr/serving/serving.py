@@ -264,9 +264,10 @@ class OpenAIServingTranscription:
             options = DecodeOptions(language=language, target_language=target, task=task, timestamps=timestamps,
                                     temperature=params.temperature, prompt=params.prompt or None,
                                     beam_size=params.beam_size, patience=params.patience,
-                                    length_penalty=params.length_penalty, hotwords=inline_hotwords(params.hotwords))
+                                    length_penalty=params.length_penalty, hotwords=inline_hotwords(params.hotwords),
+                                    rescore_weight=params.rescore_weight)
         except ValueError as exc:  # options that contradict each other (a beam with sampling, patience alone)
-            param = next((name for name in ("hotwords", "beam_size", "patience", "length_penalty")
+            param = next((name for name in ("hotwords", "rescore_weight", "beam_size", "patience", "length_penalty")
                           if getattr(params, name) is not None), None)
             raise APIError(400, f"{exc}.", param=param, code="invalid_value") from None
         try:
@@ -294,7 +295,8 @@ class OpenAIServingTranscription:
                   "timestamp_granularities": replace(plain, timestamps=options.timestamps),
                   "beam_size": replace(plain, beam_size=options.beam_size, patience=options.patience,
                                        length_penalty=options.length_penalty),
-                  "hotwords": replace(plain, beam_size=options.beam_size, hotwords=options.hotwords)}
+                  "hotwords": replace(plain, beam_size=options.beam_size, hotwords=options.hotwords),
+                  "rescore_weight": replace(plain, beam_size=options.beam_size, rescore_weight=options.rescore_weight)}
         refused = None
         if await self._serves(plain):  # else the task itself is refused (an English-only model translating)
             for field, alone in fields.items():
@@ -309,6 +311,8 @@ class OpenAIServingTranscription:
             "beam_size": (f"{exc}." if capabilities is not None and "beam_size" in capabilities.served_options
                           else f"{model} has no beam search; send the request without 'beam_size'."),
             "hotwords": f"{model} takes no hotwords; send the request without 'hotwords'.",
+            "rescore_weight": f"{model} has no attention decoder to rescore with; send the request without "
+                              "'rescore_weight'.",
             "target_language": f"{model} cannot write target_language {options.target_language!r}.",
         }.get(refused, str(exc))
         return APIError(400, message, param=refused, code="unsupported_option")
