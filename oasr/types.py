@@ -16,6 +16,9 @@ LONG_FORM_MODES = ("parallel", "sequential")
 # Hotwords (context biasing) as requests carry them; ``oasr.decode.hotwords`` compiles them for a search.
 # Per token of a phrase, in natural-log units of the acoustic score (sherpa-onnx's default hotwords score).
 DEFAULT_HOTWORD_BOOST = 1.5
+# The beam a server searches a request's hotwords with where its protocol has no beam_size of its own (a realtime
+# session, Riva's speech contexts) and the model's hotwords steer a search (``hotwords_need_beam``).
+SERVER_HOTWORD_BEAM_SIZE = 4
 
 
 class HotwordsError(OASRError):

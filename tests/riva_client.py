@@ -41,6 +41,8 @@ def _config(args: dict) -> riva.client.RecognitionConfig:
     if args.get("encoding_number") is not None:  # a number outside the enum, as a broken client might send
         config.encoding = args["encoding_number"]
     riva.client.add_custom_configuration_to_config(config, args.get("custom", ""))
+    if args.get("boosted_words"):  # word boosting, as Riva's sample clients' --boosted-lm-words / --boosted-lm-score
+        riva.client.add_word_boosting_to_config(config, args["boosted_words"], args.get("boost", 0.0))
     riva.client.add_endpoint_parameters_to_config(config, 0, 0.0, args.get("stop_history", 0), 0, 0.0, 0.0)
     return config
 

@@ -85,6 +85,7 @@ def test_streaming_gives_interim_results_then_finals_per_vad_turn(server, clips,
     ({"language": "de-DE"}, "INVALID_ARGUMENT", "config.language_code"),
     ({"profanity_filter": True}, "INVALID_ARGUMENT", "config.profanity_filter"),
     ({"custom": "colour:blue"}, "INVALID_ARGUMENT", "config.custom_configuration[colour]"),
+    ({"boosted_words": ["kennedy"], "boost": 20.0}, "INVALID_ARGUMENT", "config.speech_contexts"),  # Whisper: none
 ])
 def test_bad_calls_get_their_status_code_naming_the_field(server, clips, tmp_path, args, code, field):
     audio = raw_file(tmp_path, clips[0][0])

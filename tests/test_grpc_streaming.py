@@ -84,6 +84,15 @@ def test_a_stream_gets_interim_results_and_the_cli_streams_final(server, checkpo
     assert whole != expected and whole.startswith(expected.rsplit(" ", 1)[0])
 
 
+def test_a_streamed_model_refuses_word_boosting_in_a_stream_naming_the_field(server, jfk_pcm, tmp_path):
+    """Its streams decode greedily (no hotwords), so boosted words are refused rather than ignored."""
+    audio = tmp_path / "jfk.pcm"
+    audio.write_bytes(jfk_pcm)
+    error = server.riva("stream", audio=str(audio), boosted_words=["kennedy"], boost=20.0)["error"]
+    assert error["code"] == "INVALID_ARGUMENT" and "streaming_config.config.speech_contexts" in error["details"]
+    assert "streams decode greedily" in error["details"], error
+
+
 def test_a_cancelled_stream_frees_its_slot(server, jfk_pcm, tmp_path):
     audio = tmp_path / "jfk.pcm"
     audio.write_bytes(jfk_pcm)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 import grpc
 
 from oasr.serving.grpc.protos import riva_asr_pb2, riva_audio_pb2
-from oasr.types import DecodeOptions
+from oasr.serving.protocol import MAX_HOTWORDS_CHARS
+from oasr.types import DEFAULT_HOTWORD_BOOST, SERVER_HOTWORD_BEAM_SIZE, DecodeOptions, Hotword
 
 # Riva's own encoding names, by the enum's numbers.
 LINEAR_PCM = riva_audio_pb2.LINEAR_PCM
@@ -26,6 +27,9 @@ RAW_ENCODINGS = (LINEAR_PCM, MULAW, ALAW)
 FILE_ENCODINGS = (FLAC, OGGOPUS)
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 8_000, 192_000
+# Riva's word-boosting scores (its documentation recommends 20 to 100) over OASR's hotword boost (natural-log
+# score per token of a phrase, default 1.5): 20 -> 2.0, 100 -> 10.0. A context's boost 0 (unset) is OASR's default.
+RIVA_BOOST_PER_OASR_BOOST = 10.0
 
 
 class RivaError(Exception):
@@ -93,11 +97,13 @@ def language_of(code: str) -> str | None:
 
 
 def read_config(config: riva_asr_pb2.RecognitionConfig, prefix: str, *, accepts_model, streaming: bool,
-                can_align_words: bool, can_drop_punctuation: bool,
-                takes_language: bool) -> RecognitionRequest:
+                can_align_words: bool, can_drop_punctuation: bool, takes_language: bool,
+                hotwords_need_beam: bool = True) -> RecognitionRequest:
     """``config`` checked; ``prefix`` is its path in the request (``config`` or ``streaming_config.config``);
-    ``accepts_model(name)`` says whether ``model`` names the served model. The engine's own checks (language,
-    options the model refuses) come after, in ``service.check_options``."""
+    ``accepts_model(name)`` says whether ``model`` names the served model. Speech contexts become hotwords, searched
+    with ``SERVER_HOTWORD_BEAM_SIZE`` unless ``custom_configuration`` gives a beam_size or the model's hotwords
+    need none (``hotwords_need_beam``). The engine's own checks (language, options the model refuses) come after,
+    in ``service.check_options``."""
     audio = _audio_format(config, prefix, streaming)
     if config.model and not accepts_model(config.model):
         raise invalid(f"{prefix}.model", f"the model '{config.model[:128]}' is not served here; "
@@ -106,8 +112,6 @@ def read_config(config: riva_asr_pb2.RecognitionConfig, prefix: str, *, accepts_
         raise invalid(f"{prefix}.max_alternatives", f"must be >= 0, got {config.max_alternatives}")
     if config.profanity_filter:
         raise invalid(f"{prefix}.profanity_filter", "OASR has no profanity filter; leave it false")
-    if any(context.phrases for context in config.speech_contexts):
-        raise invalid(f"{prefix}.speech_contexts", "word boosting is not supported by this server yet")
     if config.diarization_config.enable_speaker_diarization:
         raise invalid(f"{prefix}.diarization_config", "speaker diarization is not supported by this server yet")
     if config.enable_separate_recognition_per_channel:
@@ -121,6 +125,10 @@ def read_config(config: riva_asr_pb2.RecognitionConfig, prefix: str, *, accepts_
     language = language_of(config.language_code) if takes_language else None
     options = DecodeOptions(language=language, punctuation=punctuation)
     options = _custom_options(options, config, prefix)
+    hotwords = _hotwords(config, prefix)
+    if hotwords:
+        beam = options.beam_size if options.beam_size is not None or not hotwords_need_beam else SERVER_HOTWORD_BEAM_SIZE
+        options = replace(options, hotwords=hotwords, beam_size=beam)
     return RecognitionRequest(audio, options, config.enable_word_time_offsets, _endpointing(config, prefix),
                               config.language_code)
 
@@ -174,6 +182,27 @@ def _custom_options(options: DecodeOptions, config: riva_asr_pb2.RecognitionConf
         return replace(options, **values)
     except ValueError as exc:  # options that contradict each other (a beam with sampling)
         raise invalid(f"{prefix}.custom_configuration", str(exc)) from None
+
+
+def _hotwords(config: riva_asr_pb2.RecognitionConfig, prefix: str) -> tuple[Hotword, ...]:
+    """Every speech context's phrases as hotwords, each with its context's boost on OASR's scale
+    (``RIVA_BOOST_PER_OASR_BOOST``); empty phrases are skipped, a list over the form field's size is refused."""
+    hotwords, chars = [], 0
+    for index, context in enumerate(config.speech_contexts):
+        field = f"{prefix}.speech_contexts[{index}]"
+        if not math.isfinite(context.boost):
+            raise invalid(f"{field}.boost", "must be a finite number")
+        boost = context.boost / RIVA_BOOST_PER_OASR_BOOST if context.boost else DEFAULT_HOTWORD_BOOST
+        for phrase in context.phrases:
+            chars += len(phrase)
+            if chars > MAX_HOTWORDS_CHARS:
+                raise invalid(f"{prefix}.speech_contexts", f"more than {MAX_HOTWORDS_CHARS} characters of phrases")
+            if phrase.strip():
+                try:
+                    hotwords.append(Hotword(" ".join(phrase.split()), boost))
+                except ValueError as exc:  # a boost no score scale explains
+                    raise invalid(f"{field}.boost", str(exc)) from None
+    return tuple(hotwords)
 
 
 def _endpointing(config: riva_asr_pb2.RecognitionConfig, prefix: str) -> Endpointing:

@@ -174,18 +174,31 @@ class RivaASRService(riva_asr_pb2_grpc.RivaSpeechRecognitionServicer):
         request = read_config(config, prefix, accepts_model=self.settings.accepts_model, streaming=streaming,
                               can_align_words=engine.supports_word_timestamps,
                               can_drop_punctuation="punctuation" in engine.capabilities.served_options,
-                              takes_language="language" in engine.capabilities.served_options)
+                              takes_language="language" in engine.capabilities.served_options,
+                              hotwords_need_beam=engine.capabilities.hotwords_need_beam)
+        if request.options.hotwords and streaming and engine.capabilities.streaming is not None:
+            raise invalid(f"{prefix}.speech_contexts", "this model's streams decode greedily: they take no word "
+                          "boosting")
         try:
             await engine.check(request.options)
         except UnsupportedOptionError as exc:
-            field = "language_code" if request.options.language is not None and \
-                not await self._serves_language(request) else "custom_configuration"
-            raise invalid(f"{prefix}.{field}", str(exc)) from None
+            raise invalid(f"{prefix}.{await self._refused_field(request)}", str(exc)) from None
         return request
 
-    async def _serves_language(self, request: RecognitionRequest) -> bool:
+    async def _refused_field(self, request: RecognitionRequest) -> str:
+        """The config field a refused request is refused on: its language, its speech contexts, else its custom
+        configuration (each asked alone; only a refused request pays for these checks)."""
+        options = request.options
+        if options.language is not None and not await self._serves(DecodeOptions(language=options.language)):
+            return "language_code"
+        if options.hotwords and not await self._serves(DecodeOptions(beam_size=options.beam_size,
+                                                                     hotwords=options.hotwords)):
+            return "speech_contexts"
+        return "custom_configuration"
+
+    async def _serves(self, options: DecodeOptions) -> bool:
         try:
-            await self.serving.engine.check(DecodeOptions(language=request.options.language))
+            await self.serving.engine.check(options)
         except UnsupportedOptionError:
             return False
         return True

@@ -77,7 +77,7 @@ from oasr.serving.realtime.session import (
 from oasr.serving.realtime.vad import DetectorHandle, StreamScorer, UnavailableVADError
 from oasr.serving.serving import OpenAIServingTranscription, inline_hotwords
 from oasr.streaming.types import StreamCapacityError, StreamOptions
-from oasr.types import DecodeOptions
+from oasr.types import SERVER_HOTWORD_BEAM_SIZE, DecodeOptions
 
 log = logging.getLogger(__name__)
 _UPDATES = ("session.update", "transcription_session.update")
@@ -85,9 +85,6 @@ _UPDATES = ("session.update", "transcription_session.update")
 _EVENT_ID = re.compile(r'"event_id"\s*:\s*"([^"\\]{1,128})"')
 _PEEK_CHARS = 512
 
-# The beam a turn with hotwords is searched with (a session has no beam_size of its own), where the model's
-# hotwords steer a search; a model whose network takes them (``hotwords_need_beam`` False) decodes them without one.
-HOTWORD_BEAM_SIZE = 4
 
 
 def _peeked_event_id(text: str) -> str | None:
@@ -468,7 +465,8 @@ class RealtimeConnection:
 
     def _hotword_beam(self) -> int | None:
         capabilities = self.serving.engine.capabilities
-        return HOTWORD_BEAM_SIZE if capabilities is None or capabilities.hotwords_need_beam else None
+        # A session has no beam_size of its own; a model whose network takes hotwords decodes them without one.
+        return SERVER_HOTWORD_BEAM_SIZE if capabilities is None or capabilities.hotwords_need_beam else None
 
     # ------------------------------------------------------------------ streamed turns
 
