@@ -46,7 +46,7 @@ from oasr.engine.request import Request
 from oasr.engine.runners import RUNNERS
 from oasr.engine.slot_state import SlotState
 from oasr.engine.staging import stager_for
-from oasr.engine.step import BeamResult, DecodeRow, RunnerOutput, SchedulerOutput
+from oasr.engine.step import BeamResult, DecodeRow, EncodeResult, EncodeRow, RunnerOutput, SchedulerOutput
 from oasr.uploads import upload, upload_tensor
 from oasr.errors import UnsupportedOptionError
 from oasr.kernels import paged_attention
@@ -136,9 +136,11 @@ class AutoregressiveRunner:
         # While a step runs on the device, the next encode batch's audio is copied into pinned memory (CUDA only;
         # pinned memory stays with the process once allocated, so one batch's worth is staged, not more).
         self.stager = stager_for(self.device, config.scheduler.max_encode_rows)
-        self._compiled_encoder = config.runner.compile_encoder and self.device.type == "cuda"
-        encoder = torch.compile(self.model.encode) if self._compiled_encoder else self.model.encode
-        self.prompts = PromptPass(self, encoder)
+        self.prompts = PromptPass(
+            model=self.model, prompter=self.prompter, strategy=self.strategy, features=loaded.features,
+            audio_positions=self.audio_positions, stager=self.stager, pool=self.pool, cross=self.cross,
+            state=self.state, beams=self.beams, device=self.device,
+            compile_encoder=config.runner.compile_encoder and self.device.type == "cuda")
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}
         if self.use_graphs:
@@ -199,15 +201,24 @@ class AutoregressiveRunner:
             self.phase_seconds["decode"] += time.perf_counter() - start
         if out.encode:
             start = time.perf_counter()
-            encoded, first_beams = self.prompts.run(out.encode, requests)
+            encoded, first_beams = self._encode(out.encode, requests)
             beams.update(first_beams)
             self.phase_seconds["encode"] += time.perf_counter() - start
         return RunnerOutput(encoded=encoded, decoded=decoded, logprobs=logprobs, beams=beams)
 
-    def flag_slots(self, slots: tuple[int, ...], options: DecodeOptions) -> None:
-        for slot in slots:
-            self._slot_timestamps[slot] = options.timestamps
-            self._slot_sampling[slot] = options.temperature > 0
+    def _encode(self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]
+                ) -> tuple[dict[str, EncodeResult], dict[str, BeamResult]]:
+        """The encode walk (``PromptPass``), between the host bookkeeping of its slots: their block tables go to
+        the device before their prompts run into them, and their flags are what the decode walk reads after."""
+        self.write_block_tables([(slot, blocks) for row in rows
+                                 for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
+        results = self.prompts.run(rows, requests)
+        for row in rows:
+            options = requests[row.request_id].options
+            for slot in row.slots:
+                self._slot_timestamps[slot] = options.timestamps
+                self._slot_sampling[slot] = options.temperature > 0
+        return results
 
     # ------------------------------------------------------------------ decode walk
 
@@ -299,14 +310,10 @@ class AutoregressiveRunner:
         tick, step = beams
         source = torch.arange(batch, device=self.device)
         beam_sources, beam_targets = self.beams.advance(tick, step, filtered, positions, next_tokens, source)
-        self.copy_kv(beam_sources, beam_targets, tick.num_blocks)
+        table = state.block_table  # each new beam's K/V from the row it extends
+        self.pool.copy_blocks(table[beam_sources, : tick.num_blocks], table[beam_targets, : tick.num_blocks])
         state.advance(batch, next_tokens, source)
         return next_tokens, logprobs
-
-    def copy_kv(self, sources: torch.Tensor, targets: torch.Tensor, num_blocks: int) -> None:
-        """Self-attention K/V of slots ``sources`` [N] into slots ``targets`` [N], first ``num_blocks`` blocks."""
-        table = self.state.block_table
-        self.pool.copy_blocks(table[sources, :num_blocks], table[targets, :num_blocks])
 
     # ------------------------------------------------------------------ CUDA graphs
 

@@ -4,30 +4,36 @@
 A model whose prompt carries the audio (``DecoderSpec.prompt_audio``) has no cross-attention K/V: its prompts run
 as embeddings, the encoder's output of each row in place of the row's audio positions (``Prompt.audio_index``).
 
-Model specifics come from the runner's seam objects only: the prompt builder says which rows need a pre-pass
+Model specifics come from the seam objects only: the prompt builder says which rows need a pre-pass
 (``Detection``: the decoder reads its tokens and the likeliest candidate names what it found, as Whisper's
 language) and what each prompt is, and where the no-speech probability is read.
+
+The runner hands the walk, once, every object it reads or writes (the model and its seam objects, the pools and
+per-slot state); the walk does device work only. The runner's host copies of its slots (how much of each block
+table is on the device, which slots use timestamps or sampling) stay with the runner, which writes the encode
+rows' block tables before the walk and flags their slots after it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 import torch
 
-from oasr.decode.aed_greedy import AEDRowState
+from oasr.decode.aed_greedy import AEDGreedy, AEDRowState
 from oasr.decode.timestamp_rules import TimestampState
-from oasr.engine.aed_beams import BeamTick
-from oasr.engine.kv_cache import paged_context
+from oasr.engine.aed_beams import BeamRows, BeamTick
+from oasr.engine.contracts import AutoregressiveModel
+from oasr.engine.cross_cache import NoCrossStore, PagedCrossStore, SlotCrossStore
+from oasr.engine.kv_cache import PagedKVPool, paged_context
 from oasr.engine.request import Request
+from oasr.engine.slot_state import SlotState
+from oasr.engine.staging import AudioStager
 from oasr.engine.step import BeamResult, EncodeResult, EncodeRow
-from oasr.uploads import upload, upload_tensor
+from oasr.features import FeatureExtractor
 from oasr.layers.cache import CrossAttentionCache
-from oasr.models.base import Prompt
-
-if TYPE_CHECKING:
-    from oasr.engine.autoregressive import AutoregressiveRunner
+from oasr.models.base import Prompt, PromptBuilder
+from oasr.uploads import upload, upload_tensor
 
 
 def length_groups(lengths: list[int], slack: float = 0.125) -> list[list[int]]:
@@ -44,27 +50,44 @@ def length_groups(lengths: list[int], slack: float = 0.125) -> list[list[int]]:
 
 
 class PromptPass:
-    def __init__(self, runner: AutoregressiveRunner, encoder: Callable) -> None:
-        self.runner = runner
-        self.encoder = encoder
+    def __init__(self, *, model: AutoregressiveModel, prompter: PromptBuilder, strategy: AEDGreedy,
+                 features: FeatureExtractor, audio_positions: Callable[[int], int], stager: AudioStager | None,
+                 pool: PagedKVPool, cross: NoCrossStore | SlotCrossStore | PagedCrossStore, state: SlotState,
+                 beams: BeamRows, device: torch.device, compile_encoder: bool) -> None:
+        """``audio_positions``: prompt positions a request's audio takes, from its feature frames (the runner's
+        rule, which it also sizes prompts by); ``compile_encoder``: run the encoder through ``torch.compile``, one
+        graph for any number of rows."""
+        self.model = model
+        self.prompter = prompter
+        self.strategy = strategy
+        self.features = features
+        self.audio_positions = audio_positions
+        self.stager = stager
+        self.pool = pool
+        self.cross = cross
+        self.state = state
+        self.beams = beams
+        self.device = device
+        self.splices_audio = model.decoder_spec.prompt_audio is not None
+        self.compile_encoder = compile_encoder
+        self.encoder = torch.compile(model.encode) if compile_encoder else model.encode
 
     def run(self, rows: tuple[EncodeRow, ...], requests: Mapping[str, Request]
             ) -> tuple[dict[str, EncodeResult], dict[str, BeamResult]]:
-        r = self.runner
+        """Encodes ``rows`` and runs their prompts, whose slots' block tables are on the device already."""
         batch = [requests[row.request_id] for row in rows]
         features, lengths = self._features(batch)
-        if r._compiled_encoder:
+        if self.compile_encoder:
             torch._dynamo.mark_dynamic(features, 0)  # any number of rows, one compiled graph
         encoded = self.encoder(features, lengths)
-        cross = r.cross.write(r.model, rows, encoded.hidden, [q.num_cross_positions for q in batch])
-        r.write_block_tables([(slot, blocks) for row in rows
-                              for slot, blocks in zip(row.slots, row.block_ids, strict=True)])
-        (slots,) = upload(r.device, [row.slots[0] for row in rows])
+        cross = self.cross.write(self.model, rows, encoded.hidden, [q.num_cross_positions for q in batch])
+        (slots,) = upload(self.device, [row.slots[0] for row in rows])
         detected = self._detect(batch, slots, cross)
-        audio_lengths = [r.audio_positions(q.num_frames) for q in batch]
-        prompts = [r.prompter.prompt(q.options, d, n) for q, d, n in zip(batch, detected, audio_lengths, strict=True)]
-        languages = [r.prompter.language(q.options, d) for q, d in zip(batch, detected, strict=True)]
-        audio = (encoded.hidden, audio_lengths) if r.spec.prompt_audio is not None else None
+        audio_lengths = [self.audio_positions(q.num_frames) for q in batch]
+        prompts = [self.prompter.prompt(q.options, d, n)
+                   for q, d, n in zip(batch, detected, audio_lengths, strict=True)]
+        languages = [self.prompter.language(q.options, d) for q, d in zip(batch, detected, strict=True)]
+        audio = (encoded.hidden, audio_lengths) if self.splices_audio else None
         last_logits, no_speech = self._run_prompts(prompts, slots, cross, audio)
         first, logprobs, tick = self._first_tokens(rows, batch, prompts, last_logits)
         host = torch.stack((first.double(), logprobs.double(), no_speech.double())).cpu().tolist()
@@ -74,28 +97,26 @@ class PromptPass:
                                          logprobs=() if q.is_beam else (lp,), no_speech_prob=ns if has else None)
             for row, q, lang, token, lp, ns, has in zip(rows, batch, languages, *host, has_no_speech, strict=True)
         }
-        return results, r.beams.collect(tick, 1) if tick is not None else {}
+        return results, self.beams.collect(tick, 1) if tick is not None else {}
 
     def _features(self, batch: list[Request]) -> tuple[torch.Tensor, torch.Tensor]:
         """([B, n_mels, frames] on the device, frame counts [B] on the host): the caller's features where a
         request brings them (a full window each), the extractor's elsewhere."""
-        r = self.runner
         missing = [i for i, q in enumerate(batch) if q.features is None]
-        audio = [r.stager.take(batch[i]) if r.stager else batch[i].audio for i in missing]
-        lengths = r.loaded.features.frame_lengths(torch.tensor([len(q.audio) for q in batch]))
-        computed = r.loaded.features.padded(audio, device=r.device) if missing else None
+        audio = [self.stager.take(batch[i]) if self.stager else batch[i].audio for i in missing]
+        lengths = self.features.frame_lengths(torch.tensor([len(q.audio) for q in batch]))
+        computed = self.features.padded(audio, device=self.device) if missing else None
         if len(missing) == len(batch):
             return computed, lengths
         features = [q.features for q in batch]
         for j, i in enumerate(missing):
             features[i] = computed[j]
-        return torch.stack([f.to(device=r.device, dtype=torch.float32) for f in features]), lengths
+        return torch.stack([f.to(device=self.device, dtype=torch.float32) for f in features]), lengths
 
     def _detect(self, batch: list[Request], slots: torch.Tensor, cross: CrossAttentionCache) -> list[str | None]:
         """What each row's pre-pass finds (None for rows without one): every row needing one of the same tokens
         reads them in one decoder pass from position 0, which the prompt pass then rewrites."""
-        r = self.runner
-        detections = [r.prompter.detection(q.options) for q in batch]
+        detections = [self.prompter.detection(q.options) for q in batch]
         found: list[str | None] = [None] * len(batch)
         wanted = [i for i, d in enumerate(detections) if d is not None]
         if not wanted:
@@ -104,13 +125,13 @@ class PromptPass:
         for i in wanted:
             by_tokens.setdefault((detections[i].token_ids, detections[i].candidates), []).append(i)
         for (token_ids, candidates), members in by_tokens.items():
-            tokens, choices = upload(r.device, token_ids, candidates)
+            tokens, choices = upload(self.device, token_ids, candidates)
             tokens = tokens.expand(len(batch), -1)
-            positions = torch.arange(len(token_ids), device=r.device).expand(len(batch), -1)
-            table = r.state.block_table[slots, : -(-len(token_ids) // r.pool.block_size)]
-            context = paged_context(r.pool, table, positions, from_start=True)
-            hidden = r.model.decode_hidden(tokens, positions, context, cross)
-            logits = r.model.logits(hidden[members, -1])
+            positions = torch.arange(len(token_ids), device=self.device).expand(len(batch), -1)
+            table = self.state.block_table[slots, : -(-len(token_ids) // self.pool.block_size)]
+            context = paged_context(self.pool, table, positions, from_start=True)
+            hidden = self.model.decode_hidden(tokens, positions, context, cross)
+            logits = self.model.logits(hidden[members, -1])
             best = logits[:, choices].argmax(dim=-1).tolist()  # the prompts depend on it: read at once
             for i, choice in zip(members, best, strict=True):
                 found[i] = detections[i].names[choice]
@@ -126,7 +147,6 @@ class PromptPass:
         Prompts that carry audio are as long as it is: they run in groups of similar length (``length_groups``),
         each right-padded to its own longest, so that a batch does not pay for its longest prompt in every row.
         Cross-attention prompts are a few tokens, nearly equal: they run as one group."""
-        r = self.runner
         lengths = [len(p.token_ids) for p in prompts]
         groups = [list(range(len(prompts)))] if audio is None else length_groups(lengths)
         if len(groups) == 1:  # one group runs the rows in their own order (length_groups sorts them)
@@ -135,12 +155,12 @@ class PromptPass:
                             for members in groups])  # [B, 2, d] in group order
         if len(groups) > 1:
             order = [i for members in groups for i in members]
-            (inverse,) = upload(r.device, sorted(range(len(order)), key=order.__getitem__))
+            (inverse,) = upload(self.device, sorted(range(len(order)), key=order.__getitem__))
             picked = picked[inverse]
-        logits = r.model.logits(picked)
-        if r.prompter.no_speech_token is None:
-            return logits[:, 0], torch.zeros(len(prompts), device=r.device)
-        return logits[:, 0], torch.softmax(logits[:, 1], dim=-1)[:, r.prompter.no_speech_token]
+        logits = self.model.logits(picked)
+        if self.prompter.no_speech_token is None:
+            return logits[:, 0], torch.zeros(len(prompts), device=self.device)
+        return logits[:, 0], torch.softmax(logits[:, 1], dim=-1)[:, self.prompter.no_speech_token]
 
     def _prompt_group(self, members: list[int], prompts: list[Prompt], slots: torch.Tensor,
                       cross: CrossAttentionCache | None, audio: tuple[torch.Tensor, list[int]] | None, *,
@@ -148,27 +168,26 @@ class PromptPass:
         """The prompts of rows ``members`` (all rows, in order, when ``whole``), right-padded to their longest, run
         into their slots' caches -> the hidden states [G, 2, d] after each one's last token and at its
         ``no_speech_index``."""
-        r = self.runner
         group = [prompts[i] for i in members]
         lengths = [len(p.token_ids) for p in group]
         longest = max(lengths)
-        tokens = torch.full((len(group), longest), r.end_token, dtype=torch.long)
+        tokens = torch.full((len(group), longest), self.prompter.end_token, dtype=torch.long)
         for i, p in enumerate(group):
             tokens[i, : lengths[i]] = torch.tensor(p.token_ids)
-        tokens = upload_tensor(tokens, r.device)
-        index = None if whole else upload(r.device, members)[0]
-        positions = torch.arange(longest, device=r.device).expand(len(group), -1)
-        table = r.state.block_table[slots if index is None else slots[index], : -(-longest // r.pool.block_size)]
-        context = paged_context(r.pool, table, positions, from_start=True)
+        tokens = upload_tensor(tokens, self.device)
+        index = None if whole else upload(self.device, members)[0]
+        positions = torch.arange(longest, device=self.device).expand(len(group), -1)
+        table = self.state.block_table[slots if index is None else slots[index], : -(-longest // self.pool.block_size)]
+        context = paged_context(self.pool, table, positions, from_start=True)
         if audio is None:
-            hidden = r.model.decode_hidden(tokens, positions, context, cross)
+            hidden = self.model.decode_hidden(tokens, positions, context, cross)
         else:
             encoded, audio_lengths = audio
             encoded = encoded if index is None else encoded[index]
             embeds = self._spliced(tokens, group, encoded, [audio_lengths[i] for i in members])
-            hidden = r.model.decode_embedded(embeds, positions, context)
-        rows = torch.arange(len(group), device=r.device)
-        last, at = upload(r.device, [n - 1 for n in lengths], [p.no_speech_index or 0 for p in group])
+            hidden = self.model.decode_embedded(embeds, positions, context)
+        rows = torch.arange(len(group), device=self.device)
+        last, at = upload(self.device, [n - 1 for n in lengths], [p.no_speech_index or 0 for p in group])
         return torch.stack((hidden[rows, last], hidden[rows, at]), dim=1)
 
     def _spliced(self, tokens: torch.Tensor, prompts: list[Prompt], encoded: torch.Tensor, lengths: list[int]
@@ -182,8 +201,8 @@ class PromptPass:
             rows += [i] * n
             targets += range(prompt.audio_index, prompt.audio_index + n)
             sources += range(n)
-        row, target, source = upload(self.runner.device, rows, targets, sources)
-        embeds = self.runner.model.embed(tokens)
+        row, target, source = upload(self.device, rows, targets, sources)
+        embeds = self.model.embed(tokens)
         embeds[row, target] = encoded[row, source].to(embeds.dtype)
         return embeds
 
@@ -191,8 +210,7 @@ class PromptPass:
                       logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, BeamTick | None]:
         """Chooses each row's first token from the logits after its prompt and sets up its slots for decoding;
         starts the beam searches among them. -> (tokens [B], their log-probabilities [B], the searches)."""
-        r = self.runner
-        device = r.device
+        device = self.device
         options = [q.options for q in batch]
         prompt_lens, min_new, timestamps, owner, slots = upload(
             device, [len(p.token_ids) for p in prompts], [o.min_new_tokens for o in options],
@@ -208,28 +226,26 @@ class PromptPass:
             timestamps=TimestampState(timestamps, nothing, nothing, nothing)
             if any(o.timestamps for o in options) else None,
         )
-        filtered = r.strategy.filter(logits, state, first=True)
-        first, logprobs = r.strategy.choose(filtered, state, sampling=any(o.temperature > 0 for o in options))
+        filtered = self.strategy.filter(logits, state, first=True)
+        first, logprobs = self.strategy.choose(filtered, state, sampling=any(o.temperature > 0 for o in options))
         # Every slot of a row starts from the row's prompt; beam rows then take their search's first tokens.
-        r.state.start(slots, owner, first, prompt_lens, eot_from, timestamps, temperature)
-        for row, o in zip(rows, options, strict=True):
-            r.flag_slots(row.slots, o)
+        self.state.start(slots, owner, first, prompt_lens, eot_from, timestamps, temperature)
         return first, logprobs, self._start_beams(rows, batch, prompts, filtered)
 
     def _start_beams(self, rows: tuple[EncodeRow, ...], batch: list[Request], prompts: list[Prompt],
                      filtered: torch.Tensor) -> BeamTick | None:
         """The first step of every beam search among ``rows``: K beams out of the prompt's filtered logits
         ([B, vocab]); the prompt's K/V, in each request's first slot, is copied to its other slots."""
-        r = self.runner
         searching = {row.request_id: i for i, (row, q) in enumerate(zip(rows, batch, strict=True)) if q.is_beam}
         if not searching:
             return None
-        groups = [r.beams.open(rows[i].request_id, rows[i].slots, len(prompts[i].token_ids),
+        groups = [self.beams.open(rows[i].request_id, rows[i].slots, len(prompts[i].token_ids),
                                batch[i].max_new_tokens, batch[i].options) for i in searching.values()]
-        tick = r.beams.tick(groups, max(len(rows[i].block_ids[0]) for i in searching.values()))
-        order, prompt_lens = upload(r.device, [searching[g.request_id] for g in tick.groups],
+        tick = self.beams.tick(groups, max(len(rows[i].block_ids[0]) for i in searching.values()))
+        order, prompt_lens = upload(self.device, [searching[g.request_id] for g in tick.groups],
                                     [g.prompt_len for g in tick.groups])
-        sources, targets, tokens = r.beams.first_step(tick, torch.log_softmax(filtered[order], dim=-1), prompt_lens)
-        r.state.set_first_beams(targets, tokens)
-        r.copy_kv(sources, targets, tick.num_blocks)
+        sources, targets, tokens = self.beams.first_step(tick, torch.log_softmax(filtered[order], dim=-1), prompt_lens)
+        self.state.set_first_beams(targets, tokens)
+        table = self.state.block_table
+        self.pool.copy_blocks(table[sources, : tick.num_blocks], table[targets, : tick.num_blocks])
         return tick

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from oasr.errors import CheckpointError, ModelNotFoundError
-from oasr.features import FEATURE_EXTRACTORS
+from oasr.features import FEATURE_EXTRACTORS, FeatureExtractor
 from oasr.layers import Backend, KernelGap, apply_backend
 from oasr.models import ARCHITECTURES, CONVERTERS
 from oasr.models.catalogue import CATALOGUE
@@ -37,7 +37,7 @@ class LoadedModel:
     config: Any
     model: nn.Module
     tokenizer: Any
-    features: Any
+    features: FeatureExtractor
     device: torch.device
     dtype: torch.dtype
     kernel_gaps: list[KernelGap]
