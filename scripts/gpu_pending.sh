@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU measurements the open issues still wait for, in one command on a CUDA host, each under its own time limit
+# so that one slow bench cannot take the others' time (a lent GPU call ends at 10 minutes: pick with ONLY).
+# Usage: scripts/gpu_pending.sh OUT_DIR          (PYTHONPATH must reach oasr and the offline bundle's site dir)
+#   OASR_MULTILINGUAL_TOKENIZER  a multilingual Whisper tokenizer.json for the long-speech bench (default: base's)
+#   ONLY                         names of the runs below to do, space-separated (default: all)
+#   LIMIT_S                      each run's time limit in seconds (default 280)
+# kenlm (the lm extra) is needed for ctc_lm and has no wheel: build one for the host's Python beforehand
+# (`pythonX.Y -m pip wheel kenlm --no-deps`) and install it with the bundle.
+set -uo pipefail
+out=${1:?usage: scripts/gpu_pending.sh OUT_DIR}
+mkdir -p "$out"
+limit=${LIMIT_S:-280}
+tokenizer=${OASR_MULTILINGUAL_TOKENIZER:+--tokenizer $OASR_MULTILINGUAL_TOKENIZER}
+declare -A RUNS=(
+  [longspeech_v3]="python3 -m oasr.bench.longspeech --arch whisper-large-v3 $tokenizer --device cuda --dtype float16"
+  [longspeech_turbo]="python3 -m oasr.bench.longspeech --arch whisper-large-v3-turbo $tokenizer --device cuda --dtype float16"
+  [ctc_lm]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --device cuda"
+  [ctc_lm_pruned]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --beam-size-token 16 --beam-threshold 10 --device cuda"
+  [diarization]="python3 -m oasr.bench.diarization_cost --device cuda"
+  [paraformer_stream]="python3 -m oasr.cli bench stream --arch paraformer-zh-streaming --chunk-ms 600 --streams 1 64 256 --flat-out 256 --seconds 10 --device cuda"
+)
+ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_pruned diarization paraformer_stream"
+for name in ${ONLY:-$ORDER}; do
+  command=${RUNS[$name]:?unknown run $name; known: $ORDER}
+  echo "+ $command"
+  start=$(date +%s)
+  timeout "$limit" $command >"$out/$name.json" 2>"$out/$name.err"
+  echo "== $name: exit $?, $(( $(date +%s) - start )) s"
+  tail -c 2000 "$out/$name.json"; echo; tail -3 "$out/$name.err"
+done
