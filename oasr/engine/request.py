@@ -13,7 +13,7 @@ import numpy as np
 from oasr.types import DecodeOptions
 
 # Request priorities: lower is scheduled sooner. Whole files (uploads, offline runs) keep the default; a live
-# turn (a realtime or gRPC streaming turn, a two-pass final) is waited on by someone speaking, so it goes first.
+# turn (a committed realtime or gRPC streaming turn) is waited on by someone speaking, so it goes first.
 BULK_PRIORITY = 0
 INTERACTIVE_PRIORITY = -1
 
