@@ -34,8 +34,9 @@ class WindowedDecode:
     failure in any window (the engine's queue full, say) is seen at once. With ``partial``, a window decoded
     once as asked streams its tokens as they come unless it may still turn out to be silence; other windows
     report each decode once it is kept (a retried or continued decode would take back streamed text). Every
-    engine request goes in at ``priority`` (a live turn's goes ahead of uploads' windows). ``cancel()`` closes every window's output iterator, which aborts its engine request and frees its rows; it
-    is safe to call at any time."""
+    engine request goes in at ``priority`` (a live turn's goes ahead of uploads' windows). ``cancel()`` closes
+    every window's output iterator, which aborts its engine request and frees its rows; it is safe to call at
+    any time."""
 
     def __init__(self, engine: EngineClient, audio: np.ndarray, spans: list[Span], plan: CoverPlan, *,
                  partial: bool, priority: int = BULK_PRIORITY) -> None:
