@@ -136,15 +136,17 @@ class _WrappedEngine:
 
 
 class RecordingEngine(_WrappedEngine):
-    """The real engine, keeping the options of every window it is asked to decode, in order."""
+    """The real engine, keeping the options and the priority of every window it is asked to decode, in order."""
 
     def __init__(self, engine: EngineClient) -> None:
         super().__init__(engine)
         self.options: list[DecodeOptions] = []
+        self.priorities: list[int] = []
 
-    def generate(self, audio, options, *, partial: bool = True) -> AsyncIterator:
+    def generate(self, audio, options, *, partial: bool = True, priority: int = 0) -> AsyncIterator:
         self.options.append(options)
-        return self._engine.generate(audio, options, partial=partial)
+        self.priorities.append(priority)
+        return self._engine.generate(audio, options, partial=partial, priority=priority)
 
 
 class SlowEngine(_WrappedEngine):
@@ -158,11 +160,12 @@ class SlowEngine(_WrappedEngine):
         self.num_finished = 0
         self.num_closed_early = 0
 
-    async def generate(self, audio, options, *, partial: bool = True) -> AsyncIterator:
+    async def generate(self, audio, options, *, partial: bool = True, priority: int = 0) -> AsyncIterator:
         finished = False
         try:
             slow = replace(options, min_new_tokens=self.min_new_tokens)
-            async with contextlib.aclosing(self._engine.generate(audio, slow, partial=partial)) as outputs:
+            outputs = self._engine.generate(audio, slow, partial=partial, priority=priority)
+            async with contextlib.aclosing(outputs) as outputs:
                 async for output in outputs:
                     finished = output.finished
                     yield output
@@ -182,8 +185,9 @@ class BrokenEngine(_WrappedEngine):
         self.error = error
         self.after = after
 
-    async def generate(self, audio, options, *, partial: bool = True) -> AsyncIterator:
-        async with contextlib.aclosing(self._engine.generate(audio, options, partial=partial)) as outputs:
+    async def generate(self, audio, options, *, partial: bool = True, priority: int = 0) -> AsyncIterator:
+        outputs = self._engine.generate(audio, options, partial=partial, priority=priority)
+        async with contextlib.aclosing(outputs) as outputs:
             num_outputs = 0
             async for output in outputs:
                 if num_outputs == self.after or output.finished:

@@ -18,6 +18,7 @@ import numpy as np
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.engine.frame_runner import refuse_kv_cache_dtype
+from oasr.engine.request import BULK_PRIORITY
 from oasr.engine.stats import EngineStats
 from oasr.engine.step import StepResult
 from oasr.engine.streams import StreamingEngine
@@ -63,8 +64,8 @@ class Engine:
 
     # -- whole files ----------------------------------------------------------------------------------------
     def add_request(self, audio: np.ndarray, options: DecodeOptions | None = None,
-                    request_id: str | None = None) -> str:
-        return self.offline.add_request(audio, options, request_id)
+                    request_id: str | None = None, *, priority: int = BULK_PRIORITY) -> str:
+        return self.offline.add_request(audio, options, request_id, priority=priority)
 
     def abort(self, request_id: str) -> None:
         if self._offline is not None:

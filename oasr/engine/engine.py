@@ -12,7 +12,7 @@ import torch
 from oasr.engine.batch_stats import BatchSizeCounter, BatchSizeCounts
 from oasr.engine.config import EngineConfig
 from oasr.engine.contracts import OverlappingRunner
-from oasr.engine.request import Request, RequestOutput
+from oasr.engine.request import BULK_PRIORITY, Request, RequestOutput
 from oasr.engine.runners import RUNNERS
 from oasr.engine.scheduler import Scheduler
 from oasr.engine.stats import EngineStats
@@ -56,10 +56,12 @@ class ASREngine:
         request_id: str | None = None,
         *,
         features: torch.Tensor | None = None,
+        priority: int = BULK_PRIORITY,
     ) -> str:
         """Queues one window of 16 kHz audio (at most the model's window); returns the request id.
         ``features``: the window's features, computed by the caller ([n_mels, frames] on the model's device);
-        the runner then skips its own feature extraction."""
+        the runner then skips its own feature extraction. ``priority``: lower is scheduled sooner
+        (``INTERACTIVE_PRIORITY`` for a live turn; the scheduler says what it changes)."""
         options = options or DecodeOptions()
         self.runner.check(options)
         window = self.runner.window_samples
@@ -85,6 +87,7 @@ class ASREngine:
             num_frames=self.runner.num_frames(len(audio)),
             num_cross_positions=self.runner.cross_positions(len(audio)),
             max_new_tokens=max_new,
+            priority=priority,
         )
         self.scheduler.add(request)
         return request.request_id

@@ -12,6 +12,11 @@ import numpy as np
 
 from oasr.types import DecodeOptions
 
+# Request priorities: lower is scheduled sooner. Whole files (uploads, offline runs) keep the default; a live
+# turn (a committed realtime or gRPC streaming turn) is waited on by someone speaking, so it goes first.
+BULK_PRIORITY = 0
+INTERACTIVE_PRIORITY = -1
+
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"  # queued, holds nothing
@@ -49,6 +54,9 @@ class Request:
     prompt_len: int = 0  # decoder prompt tokens (set when added: the model decides)
     num_frames: int = 0  # encoder input frames (for the per-step frame cap)
     max_new_tokens: int = 0  # resolved budget of generated tokens
+    # Lower runs sooner: the waiting queue is ordered by it first, and a request that outranks a running one
+    # is encoded at once, preempting requests of worse priority when it does not fit (``oasr.engine.scheduler``).
+    priority: int = BULK_PRIORITY
     status: RequestStatus = RequestStatus.WAITING
     # Decode rows held while running: one, or one per beam (in beam order), each with its own KV blocks.
     # Empty for families that finish inside the encode walk.

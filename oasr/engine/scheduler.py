@@ -8,6 +8,14 @@ so a newcomer's first token does not wait behind a long decode tick. The head of
 over more than ``starvation_bound`` steps: when slots or blocks are what keeps it out, the most recently
 admitted running request is preempted (its state dropped and recomputed later), once per request at most.
 
+Requests carry a priority (``Request.priority``, lower sooner; live turns use ``INTERACTIVE_PRIORITY``). The
+waiting queue is ordered by it first and by the batching policy within it. A head that outranks some running
+request does not wait for a worthwhile combined walk, and when slots or blocks keep it out, running requests of
+worse priority are preempted for it (the worst priority first, the newest admitted of it first), as often as it
+takes: bulk work yields to turns. A request is never preempted for one of its own or a worse priority, except by
+the starvation bound above, which applies within one priority only. Decode-block shortage preempts the same way:
+the worst priority first, the newest within it.
+
 A beam-search request holds ``beam_size`` decode rows, each with a slot and KV blocks of its own, from admission
 to its end: they are admitted, grown, preempted and freed together. The runner keeps the beams on the device and
 reports the request's tokens once its search ends (``RunnerOutput.beams``); until then the scheduler only counts
@@ -97,8 +105,10 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         self.step_count += 1
         cfg = self.config
-        ordered = self.policy(self.waiting)
-        if ordered and ordered[0].num_passed_over >= cfg.starvation_bound:
+        # The priority is an outer sort around the policy's order: sorted() is stable, so within one priority the
+        # policy's order stays as it is.
+        ordered = sorted(self.policy(self.waiting), key=lambda r: r.priority)
+        if ordered:
             self._make_room_for(ordered[0])
         cap = cfg.max_combined_encode_rows if self.running else cfg.max_encode_rows
         encode_now = self._worth_encoding(ordered, cap)
@@ -138,7 +148,8 @@ class Scheduler:
 
     def _decode_rows(self, steps: int, *, preempt: bool = True) -> tuple[DecodeRow, ...]:
         """Grows every running request's blocks to hold ``steps`` more positions; on shortage preempts the newest
-        (or, with ``preempt=False``, gives up and returns nothing, leaving blocks as they were)."""
+        of the worst priority (or, with ``preempt=False``, gives up and returns nothing, leaving blocks as they
+        were)."""
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted by an older request's growth in this loop
@@ -150,7 +161,7 @@ class Scheduler:
                     break
                 if not preempt:
                     return ()
-                self._preempt(self.running[-1])
+                self._preempt(_newest_of_worst(self.running))
                 if request.status is not RequestStatus.RUNNING:
                     break
         return tuple(
@@ -160,10 +171,13 @@ class Scheduler:
 
     def _worth_encoding(self, ordered: list[Request], cap: int) -> bool:
         """Encode now? Always when nothing decodes; beside decode rows only once enough rows fit together
-        (or the head has waited ``max_encode_delay`` steps), since every encode walk has a fixed cost."""
+        (or the head has waited ``max_encode_delay`` steps), since every encode walk has a fixed cost. A head that
+        outranks a running request does not wait: a turn's latency is what its priority is for."""
         if not ordered or not self._can_admit(ordered[0]):
             return False
         if not self.running or ordered[0].num_passed_over >= self.config.max_encode_delay:
+            return True
+        if self._outranks_running(ordered[0]):
             return True
         wanted = min(self.config.min_combined_encode_rows, cap, len(ordered))
         slots = len(self._free_slots) // ordered[0].num_rows if self.incremental else len(ordered)
@@ -204,12 +218,20 @@ class Scheduler:
                                   tuple(request.cross_block_ids)))
         return tuple(rows)
 
+    def _outranks_running(self, request: Request) -> bool:
+        return any(r.priority > request.priority for r in self.running)
+
     def _make_room_for(self, request: Request) -> None:
+        """Preempts running requests until ``request`` fits: any of worse priority, and, once it has been passed
+        over ``starvation_bound`` steps, those of its own priority not preempted before (a request preempted
+        again and again for its equals would never finish). Never one of better priority."""
+        starved = request.num_passed_over >= self.config.starvation_bound
         while not self._can_admit(request):
-            victims = [r for r in self.running if r.num_preemptions == 0]
+            victims = [r for r in self.running if r.priority > request.priority
+                       or (starved and r.priority == request.priority and r.num_preemptions == 0)]
             if not victims:
                 return
-            self._preempt(victims[-1])
+            self._preempt(_newest_of_worst(victims))
 
     def _preempt(self, request: Request) -> None:
         self._release(request)
@@ -311,3 +333,9 @@ class Scheduler:
             sum_logprob=request.sum_logprob,
             no_speech_prob=request.no_speech_prob,
         )
+
+
+def _newest_of_worst(running: list[Request]) -> Request:
+    """The preemption victim among ``running`` (in admission order): the worst priority, the newest admitted of
+    it (it has the least decoded to lose)."""
+    return max(reversed(running), key=lambda r: r.priority)  # max keeps the first of equals: the newest

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from oasr.diarization.types import SpeakerSegment
-from oasr.engine.request import RequestOutput, RequestTimings
+from oasr.engine.request import BULK_PRIORITY, RequestOutput, RequestTimings
 from oasr.engine.stats import EngineStats
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.hosting.live_stream import LiveStream, stream_error
@@ -171,10 +171,11 @@ class CoreClient:
             with self._lock:
                 self._calls.pop(call_id, None)
 
-    async def generate(self, audio: np.ndarray, options: DecodeOptions, *,
-                       partial: bool = True) -> AsyncIterator[RequestOutput]:
+    async def generate(self, audio: np.ndarray, options: DecodeOptions, *, partial: bool = True,
+                       priority: int = BULK_PRIORITY) -> AsyncIterator[RequestOutput]:
         """Yields this request's outputs (every new token with ``partial``, else only the last, which has
-        ``finished=True``). Leaving the iterator early aborts the request in the core and frees its rows."""
+        ``finished=True``); ``priority`` is its place in the core's scheduler (lower sooner). Leaving the
+        iterator early aborts the request in the core and frees its rows."""
         request = _Request(asyncio.get_running_loop(), asyncio.Queue())
         with self._lock:
             self._raise_if_dead()
@@ -184,7 +185,7 @@ class CoreClient:
             self._requests[request_id] = request
         finished = False
         try:
-            self.transport.send(AddRequest(request_id, options, partial),
+            self.transport.send(AddRequest(request_id, options, partial, priority),
                                 np.ascontiguousarray(audio, dtype=np.float32))
             async for item in relay(request.queue):
                 yield item

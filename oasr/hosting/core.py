@@ -121,7 +121,8 @@ class EngineCore:
         if audio is None:
             raise TypeError("AddRequest without its audio frame")
         try:
-            self.engine.add_request(audio, message.options, request_id=message.request_id)
+            self.engine.add_request(audio, message.options, request_id=message.request_id,
+                                    priority=message.priority)
         except UnsupportedOptionError as exc:
             self._failures.append((client, RequestFailed(message.request_id, UNSUPPORTED_OPTION, str(exc))))
             return

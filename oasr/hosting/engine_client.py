@@ -12,7 +12,7 @@ import numpy as np
 from oasr.diarization.types import SpeakerSegment
 from oasr.hosting.live_stream import LiveStream
 from oasr.engine.stats import EngineStats
-from oasr.engine.request import RequestOutput
+from oasr.engine.request import BULK_PRIORITY, RequestOutput
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities
 from oasr.streaming.types import StreamOptions
@@ -54,9 +54,10 @@ class EngineClient(Protocol):
         each window's audio; times from the input's start. Raises ``EngineDeadError`` when the engine has
         stopped."""
 
-    def generate(self, audio: np.ndarray, options: DecodeOptions, *,
-                 partial: bool = True) -> AsyncIterator[RequestOutput]:
+    def generate(self, audio: np.ndarray, options: DecodeOptions, *, partial: bool = True,
+                 priority: int = BULK_PRIORITY) -> AsyncIterator[RequestOutput]:
         """One window's outputs: each new token with ``partial``, else only the last (``finished=True``).
+        ``priority``: lower is scheduled sooner (``INTERACTIVE_PRIORITY`` for a live turn, the default for files).
         Closing the iterator early aborts the request and frees its rows. Raises ``EngineOverloadedError``
         when the queue is full, ``EngineDeadError`` when the engine has stopped."""
 

@@ -20,7 +20,7 @@ from typing import Any
 from oasr.diarization.types import SpeakerSegment
 from oasr.engine.config import EngineConfig
 from oasr.engine.stats import EngineStats
-from oasr.engine.request import FinishReason, RequestTimings
+from oasr.engine.request import BULK_PRIORITY, FinishReason, RequestTimings
 from oasr.models.base import AlignmentRow
 from oasr.models.capabilities import ModelCapabilities
 from oasr.streaming.types import StreamEvent, StreamingConfig, StreamOptions
@@ -75,6 +75,7 @@ class AddRequest:
     request_id: str
     options: DecodeOptions
     partial: bool  # send every new token as it comes (streaming); else only the finished result
+    priority: int = BULK_PRIORITY  # lower is scheduled sooner (``Request.priority``; a live turn's is lower)
 
 
 @dataclass(frozen=True)

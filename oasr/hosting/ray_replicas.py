@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from oasr.engine.config import EngineConfig
-from oasr.engine.request import RequestOutput
+from oasr.engine.request import BULK_PRIORITY, RequestOutput
 from oasr.engine.stats import EngineStats, ReplicaStats
 from oasr.errors import OASRError
 from oasr.hosting.client import CoreClient
@@ -281,12 +281,13 @@ class RayReplicaSet:
     async def diarize(self, audio: np.ndarray, threshold: float = 0.5):
         return await self._acquire(count=False).client.diarize(audio, threshold)
 
-    async def generate(self, audio: np.ndarray, options: DecodeOptions, *,
-                       partial: bool = True) -> AsyncIterator[RequestOutput]:
-        """This request's outputs from the least-loaded replica. Leaving early aborts it there."""
+    async def generate(self, audio: np.ndarray, options: DecodeOptions, *, partial: bool = True,
+                       priority: int = BULK_PRIORITY) -> AsyncIterator[RequestOutput]:
+        """This request's outputs from the least-loaded replica, at ``priority`` there. Leaving early aborts it
+        there."""
         replica = self._acquire(count=True)
         try:
-            async for output in replica.client.generate(audio, options, partial=partial):
+            async for output in replica.client.generate(audio, options, partial=partial, priority=priority):
                 yield output
         finally:
             with self._lock:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oasr.engine.request import RequestOutput
+from oasr.engine.request import BULK_PRIORITY, RequestOutput
 from oasr.hosting.engine_client import EngineClient
 from oasr.transcription.spans import Span
 from oasr.transcription.parallel import CoverPlan, WindowCover, window_covers
@@ -33,18 +33,20 @@ class WindowedDecode:
     that stopped short, fallback temperatures, silence). Their progress arrives interleaved on one queue, so a
     failure in any window (the engine's queue full, say) is seen at once. With ``partial``, a window decoded
     once as asked streams its tokens as they come unless it may still turn out to be silence; other windows
-    report each decode once it is kept (a retried or continued decode would take back streamed text).
-    ``cancel()`` closes every window's output iterator, which aborts its engine request and frees its rows; it
-    is safe to call at any time."""
+    report each decode once it is kept (a retried or continued decode would take back streamed text). Every
+    engine request goes in at ``priority`` (a live turn's goes ahead of uploads' windows). ``cancel()`` closes
+    every window's output iterator, which aborts its engine request and frees its rows; it is safe to call at
+    any time."""
 
     def __init__(self, engine: EngineClient, audio: np.ndarray, spans: list[Span], plan: CoverPlan, *,
-                 partial: bool) -> None:
+                 partial: bool, priority: int = BULK_PRIORITY) -> None:
         self.windows = [audio[start:end] for start, end in spans]
         self.covers = window_covers(engine.tokenizer, spans, audio, plan)
         self._engine = engine
         self._events: asyncio.Queue[tuple[int, WindowProgress | Exception]] = asyncio.Queue()
         self._num_finished = 0
         self._partial = partial
+        self._priority = priority
         self._tasks = [asyncio.create_task(self._pump(cover)) for cover in self.covers]
 
     @property
@@ -74,7 +76,8 @@ class WindowedDecode:
     async def _decode(self, cover: WindowCover, options: DecodeOptions, audio: np.ndarray) -> RequestOutput:
         live = self._partial and not cover.plan.continued
         final = None
-        async with contextlib.aclosing(self._engine.generate(audio, options, partial=live)) as outputs:
+        outputs = self._engine.generate(audio, options, partial=live, priority=self._priority)
+        async with contextlib.aclosing(outputs) as outputs:
             async for output in outputs:
                 if output.finished:
                     final = output

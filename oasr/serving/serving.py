@@ -41,7 +41,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from oasr.audio import audio_duration
 from oasr.hosting.relay import EngineDeadError, EngineOverloadedError, ReplicaLostError
 from oasr.transcription.spans import Span, SpanPlanner, long_audio_detector, to_samples
-from oasr.engine.request import RequestOutput
+from oasr.engine.request import INTERACTIVE_PRIORITY, RequestOutput
 from oasr.transcription.parallel import CoverPlan, cover_plan
 from oasr.transcription.results import DecodedWindow, assemble, timestamp_begin_of, with_words
 from oasr.transcription.punctuation import punctuator_for
@@ -345,7 +345,8 @@ class OpenAIServingTranscription:
         admission (releasing ``hold``, the turn's place among its client's, with it), the offline cut and plan,
         every window at once; text handed to ``on_text`` as it becomes stable; with ``words`` (a model that
         times them), its segments' words aligned once the text is done. Raises ``APIError`` (busy, timed out,
-        the engine stopped). Cancelling it aborts the turn's engine requests."""
+        the engine stopped). Cancelling it aborts the turn's engine requests. Its windows go in at
+        ``INTERACTIVE_PRIORITY``: someone is waiting on the turn, so the scheduler takes it ahead of uploads."""
         try:
             ticket = self.admission.acquire(hold)
         except APIError:
@@ -355,7 +356,8 @@ class OpenAIServingTranscription:
         decode: WindowedDecode | None = None
         try:
             spans = self.span_planner(audio)
-            decode = WindowedDecode(self.engine, audio, spans, await self._plan(options, len(spans)), partial=True)
+            decode = WindowedDecode(self.engine, audio, spans, await self._plan(options, len(spans)), partial=True,
+                                    priority=INTERACTIVE_PRIORITY)
             text = OrderedText(self.tokenizer, decode.num_windows)
             while not decode.done:
                 index, progress = await decode.next(deadline)
