@@ -6,7 +6,8 @@
 #   ONLY                         names of the runs below to do, space-separated (default: all)
 #   LIMIT_S                      each run's time limit in seconds (default 280)
 # kenlm (the lm extra) is needed for ctc_lm and has no wheel: build one for the host's Python beforehand
-# (`pythonX.Y -m pip wheel kenlm --no-deps`) and install it with the bundle.
+# (`pythonX.Y -m pip wheel kenlm --no-deps`) and install it with the bundle. The funasr_* runs need funasr's wheels
+# on PYTHONPATH (oasr/bench/funasr.py lists them); grpc_streams needs grpcio and protobuf (the grpc extra).
 set -uo pipefail
 out=${1:?usage: scripts/gpu_pending.sh OUT_DIR}
 mkdir -p "$out"
@@ -19,8 +20,13 @@ declare -A RUNS=(
   [ctc_lm_pruned]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --beam-size-token 16 --beam-threshold 10 --device cuda"
   [diarization]="python3 -m oasr.bench.diarization_cost --device cuda"
   [paraformer_stream]="python3 -m oasr.cli bench stream --arch paraformer-zh-streaming --chunk-ms 600 --streams 1 64 256 --flat-out 256 --seconds 10 --device cuda"
+  [grpc_streams]="python3 -m oasr.bench.grpc_streams --arch nemotron-streaming-0.6b --streams 256 --chunk-ms 160 --seconds 8 --device cuda"
+  [funasr_paraformer]="python3 -m oasr.bench.funasr --arch paraformer-large --num-utterances 1024 --device cuda"
+  [funasr_sensevoice]="python3 -m oasr.bench.funasr --arch sense-voice-small --num-utterances 1024 --device cuda"
+  [voxtral]="python3 -m oasr.bench.voxtral --arch voxtral-mini-3b --num-utterances 1024 --output-tokens 32 --device cuda"
 )
-ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_pruned diarization paraformer_stream"
+ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_pruned diarization paraformer_stream grpc_streams funasr_paraformer
+       funasr_sensevoice voxtral"
 for name in ${ONLY:-$ORDER}; do
   command=${RUNS[$name]:?unknown run $name; known: $ORDER}
   echo "+ $command"
