@@ -23,10 +23,12 @@ declare -A RUNS=(
   [grpc_streams]="python3 -m oasr.bench.grpc_streams --arch nemotron-streaming-0.6b --streams 256 --chunk-ms 160 --seconds 8 --device cuda"
   [funasr_paraformer]="python3 -m oasr.bench.funasr --arch paraformer-large --num-utterances 1024 --device cuda"
   [funasr_sensevoice]="python3 -m oasr.bench.funasr --arch sense-voice-small --num-utterances 1024 --device cuda"
+  [realtime_alone]="python3 -m oasr.cli bench realtime --model tiny.en --sessions 64 --synthetic-seconds 8 --device cuda"
+  [realtime_bulk]="python3 -m oasr.cli bench realtime --model tiny.en --sessions 64 --synthetic-seconds 8 --bulk-uploads 16 --device cuda"
   [voxtral]="python3 -m oasr.bench.voxtral --arch voxtral-mini-3b --num-utterances 1024 --output-tokens 32 --device cuda"
 )
 ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_pruned diarization paraformer_stream grpc_streams funasr_paraformer
-       funasr_sensevoice voxtral"
+       funasr_sensevoice realtime_alone realtime_bulk voxtral"
 for name in ${ONLY:-$ORDER}; do
   command=${RUNS[$name]:?unknown run $name; known: $ORDER}
   echo "+ $command"

@@ -22,6 +22,7 @@ from test_realtime import as_served, pcm16_24k
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
 NUM_SESSIONS, NUM_TURNS = 2, 1
+NUM_BULK, BULK_S = 1, 15  # one client uploading 15 s files (JFK repeated) beside the turns
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ def run(tmp_path_factory) -> dict:
     status = main(["--model", "tiny.en", "--manifest", str(folder / "manifest.jsonl"), "--sessions",
                    str(NUM_SESSIONS), "--turns-per-session", str(NUM_TURNS), "--speed", "8", "--stagger-s", "0.2",
                    "--warmup-sessions", "0", "--device", "cpu", "--dtype", "float32", "--transcripts",
+                   "--bulk-uploads", str(NUM_BULK), "--bulk-seconds", str(BULK_S),
                    "--json-out", str(out)])
     result = json.loads(out.read_text())
     assert status == 0, result["first_errors"]
@@ -48,6 +50,14 @@ def test_every_turn_completes_without_errors(run):
     assert run["model_streams"] is False  # tiny.en transcribes a turn once it is committed
     assert run["server"]["completion_s"]["count"] == expected
     assert run["server"]["delta_s"]["count"] == 0  # only streamed deltas are observed there
+
+
+def test_bulk_uploads_ran_beside_the_turns_and_each_was_answered(run):
+    bulk = run["bulk"]
+    assert bulk["clients"] == NUM_BULK and bulk["upload_audio_s"] == BULK_S
+    assert bulk["failed"] == 0 and bulk["first_errors"] == []
+    # each client finishes the upload it has in flight when the turns end, so every client has one answer
+    assert bulk["completed"] >= NUM_BULK and bulk["latency_s"]["p50"] > 0
 
 
 def test_the_audio_sent_is_the_audio_the_server_counted(run):

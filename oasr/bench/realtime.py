@@ -4,6 +4,8 @@ clients see, and the server's own histograms over the same run.
 
     oasr bench realtime --model tiny.en --sessions 64 --manifest shared/data/speech/manifest.jsonl --device cuda
     oasr bench realtime --nemotron-shape --sessions 256 --synthetic-seconds 8 --device cuda
+    # turns beside whole-file uploads (a turn goes ahead of them: the engine's request priority)
+    oasr bench realtime --model tiny.en --sessions 64 --manifest M --bulk-uploads 16 --device cuda
 
 ``--nemotron-shape`` serves random weights of the published Nemotron streaming 0.6b shape (``oasr.bench.stream``
 builds them into a temporary directory). Its joint's blank logit is raised by ``--blank-bias``: at the stream
@@ -25,8 +27,11 @@ Measured by the clients (``time.perf_counter``), p50 / p90 / p99 in seconds:
 The server's ``oasr_realtime_delta_seconds`` (a streamed delta's audio arriving -> the delta sent) and
 ``oasr_realtime_completion_seconds`` histograms are scraped from /metrics before and after the run and their
 difference read as p50 / p99, interpolated within buckets as Prometheus' ``histogram_quantile`` does (so no finer
-than the buckets). A clean run has no errors and every turn completed; ``pacing.fell_behind`` says whether any
-append went out more than one chunk period after its due time (then the client, not the server, set the pace).
+than the buckets). With ``--bulk-uploads N``, N clients post whole files
+(``--bulk-seconds`` of the clips repeated) throughout the measured load (``oasr.bench.bulk_uploads``), and
+``bulk`` reports their answers. A clean run has no errors, no failed upload and every turn completed;
+``pacing.fell_behind`` says whether any append went out more than one chunk period after its due time (then the
+client, not the server, set the pace).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oasr.bench.bulk_uploads import beside_bulk, bulk_wav
 from oasr.bench.realtime_client import ENGINE_RATE, LoadPlan, SessionRecord, Utterance, run_load, utterance
 from oasr.bench.serve_load import manifest_rows, percentiles
 from oasr.bench.server_process import free_port, running_server, serve_command, tail
@@ -70,7 +76,8 @@ def synthetic_audio(count: int, seconds: float, seed: int = 0) -> list[np.ndarra
     return clips
 
 
-def load_utterances(args: argparse.Namespace) -> tuple[Utterance, ...]:
+def load_clips(args: argparse.Namespace) -> list[tuple[str, np.ndarray]]:
+    """The manifest's clips, or the seeded synthetic ones, as (name, 16 kHz samples)."""
     if args.manifest is not None:
         from oasr.audio import load_audio
 
@@ -80,7 +87,8 @@ def load_utterances(args: argparse.Namespace) -> tuple[Utterance, ...]:
                  enumerate(synthetic_audio(NUM_SYNTHETIC_CLIPS, args.synthetic_seconds))]
     if not named:
         raise SystemExit(f"oasr bench realtime: {args.manifest} lists no audio")
-    return tuple(utterance(name, samples, args.chunk_ms) for name, samples in named)
+    return named
+
 
 
 # ------------------------------------------------------------------------------------ server metrics
@@ -152,7 +160,8 @@ def _serve_args(args: argparse.Namespace, model: str, port: int) -> list[str]:
 
 
 def bench(args: argparse.Namespace) -> dict:
-    utterances = load_utterances(args)
+    clips = load_clips(args)
+    utterances = tuple(utterance(name, samples, args.chunk_ms) for name, samples in clips)
     port = args.port or free_port()
     url = f"http://127.0.0.1:{port}"
     plan = _plan(args, f"ws://127.0.0.1:{port}/v1/realtime?intent=transcription", utterances)
@@ -178,9 +187,18 @@ def bench(args: argparse.Namespace) -> dict:
                 raise RuntimeError(f"the warm-up failed: {failures[:3]}; the server log ({log_path}) ends:\n"
                                    f"{tail(log_path)}")
         before = scrape(url)
-        records, wall_s = asyncio.run(run_load(plan))
+        bulk = None
+        if args.bulk_uploads:
+            wav = bulk_wav([samples for _, samples in clips], args.bulk_seconds)
+            (records, wall_s), bulk = asyncio.run(beside_bulk(run_load(plan), url, wav, args.bulk_uploads))
+        else:
+            records, wall_s = asyncio.run(run_load(plan))
         after = scrape(url)
-    return report(args, plan, records, wall_s, before, after)
+    out = report(args, plan, records, wall_s, before, after)
+    if bulk is not None:  # the uploads' own answers; a failed one makes the run unclean
+        out["bulk"] = bulk.summary(args.bulk_uploads, args.bulk_seconds)
+        out["clean"] = out["clean"] and not bulk.errors
+    return out
 
 
 def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord], wall_s: float,
@@ -257,12 +275,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
     p.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     p.add_argument("--transcripts", action="store_true", help="list every turn's clip, audio length, transcript and completion time in the JSON")
+    p.add_argument("--bulk-uploads", type=int, default=0,
+                   help="clients posting whole files to /v1/audio/transcriptions throughout the measured load, "
+                        "the bulk work turns must not queue behind")
+    p.add_argument("--bulk-seconds", type=float, default=120.0, help="audio per bulk upload (the clips repeated)")
     p.add_argument("--json-out", type=Path, default=None)
     args = p.parse_args(argv)
     if args.sessions < 1 or args.chunk_ms < 1 or args.speed <= 0 or args.stagger_s < 0:
         p.error("--sessions and --chunk-ms must be positive, --speed above 0, --stagger-s at least 0")
     if args.turns_per_session is not None and args.turns_per_session < 1:
         p.error("--turns-per-session must be at least 1")
+    if args.bulk_uploads < 0 or args.bulk_seconds <= 0:
+        p.error("--bulk-uploads must be at least 0 and --bulk-seconds above 0")
     return args
 
 
