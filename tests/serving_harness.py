@@ -18,6 +18,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from oasr.engine.config import CacheConfig, EngineConfig
+from oasr.engine.request import BULK_PRIORITY
 from oasr.serving.app import start_engine
 from oasr.hosting.engine_client import EngineClient
 from oasr.types import DecodeOptions
@@ -143,7 +144,7 @@ class RecordingEngine(_WrappedEngine):
         self.options: list[DecodeOptions] = []
         self.priorities: list[int] = []
 
-    def generate(self, audio, options, *, partial: bool = True, priority: int = 0) -> AsyncIterator:
+    def generate(self, audio, options, *, partial: bool = True, priority: int = BULK_PRIORITY) -> AsyncIterator:
         self.options.append(options)
         self.priorities.append(priority)
         return self._engine.generate(audio, options, partial=partial, priority=priority)
@@ -160,7 +161,7 @@ class SlowEngine(_WrappedEngine):
         self.num_finished = 0
         self.num_closed_early = 0
 
-    async def generate(self, audio, options, *, partial: bool = True, priority: int = 0) -> AsyncIterator:
+    async def generate(self, audio, options, *, partial: bool = True, priority: int = BULK_PRIORITY) -> AsyncIterator:
         finished = False
         try:
             slow = replace(options, min_new_tokens=self.min_new_tokens)
@@ -185,7 +186,7 @@ class BrokenEngine(_WrappedEngine):
         self.error = error
         self.after = after
 
-    async def generate(self, audio, options, *, partial: bool = True, priority: int = 0) -> AsyncIterator:
+    async def generate(self, audio, options, *, partial: bool = True, priority: int = BULK_PRIORITY) -> AsyncIterator:
         outputs = self._engine.generate(audio, options, partial=partial, priority=priority)
         async with contextlib.aclosing(outputs) as outputs:
             num_outputs = 0

@@ -16,9 +16,9 @@ import httpx
 import numpy as np
 import soundfile as sf
 
+from oasr.bench.realtime_client import ENGINE_RATE
 from oasr.bench.serve_load import percentiles
 
-ENGINE_RATE = 16_000
 T = TypeVar("T")
 
 
@@ -43,6 +43,8 @@ def bulk_wav(clips: Sequence[np.ndarray], seconds: float) -> bytes:
 
 
 async def _client(url: str, wav: bytes, record: BulkRecord, stop: asyncio.Event) -> None:
+    """Uploads until ``stop``; a failed upload is recorded and ends this client (a server that refuses or is
+    gone would otherwise be asked again at once, as fast as it can answer, until the load ends)."""
     async with httpx.AsyncClient(timeout=None) as http:
         while not stop.is_set():
             start = time.perf_counter()
@@ -51,11 +53,11 @@ async def _client(url: str, wav: bytes, record: BulkRecord, stop: asyncio.Event)
                                            data={"model": "whisper-1"})
             except httpx.HTTPError as exc:
                 record.errors.append(f"{type(exc).__name__}: {exc}")
-                continue
-            if response.status_code == 200:
-                record.latencies_s.append(time.perf_counter() - start)
-            else:
+                return
+            if response.status_code != 200:
                 record.errors.append(f"{response.status_code}: {response.text[:200]}")
+                return
+            record.latencies_s.append(time.perf_counter() - start)
 
 
 async def beside_bulk(load: Awaitable[T], url: str, wav: bytes, num_clients: int) -> tuple[T, BulkRecord]:
