@@ -101,8 +101,11 @@ class Engine:
         return replace(streamed, outputs=outputs)
 
     def stats(self) -> EngineStats:
-        """The whole-file engine's numbers, with the streams open and the slots they may take."""
+        """The whole-file engine's numbers, with the streams open, the slots they may take and the two-pass
+        final's numbers (where there is a final model)."""
         stats = self.offline.stats()
         if self.streams is None:
             return stats
-        return replace(stats, num_streams=self.streams.num_streams, stream_slots=self.streams.config.max_streams)
+        final_pass = self.streams.final_pass
+        return replace(stats, num_streams=self.streams.num_streams, stream_slots=self.streams.config.max_streams,
+                       final_pass=None if final_pass is None else final_pass.stats())

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from oasr.engine.engine import ASREngine
+from oasr.engine.stats import FinalPassStats
 from oasr.errors import OASRError, UnsupportedOptionError
 from oasr.models.capabilities import capabilities_of
 from oasr.models.loader import LoadedModel, from_pretrained
@@ -65,6 +66,9 @@ class FinalPass:
         self._held: dict[str, deque[_HeldFinal]] = {}  # per stream, its utterances' finals in order
         self._by_request: dict[str, _HeldFinal] = {}  # unfinished request -> the final it is part of
         self._ids = itertools.count()
+        # Finals handed out since the pass was built, by whose text they carry (``stats``: the server's /metrics).
+        self._num_completed = 0
+        self._num_fallbacks = 0
 
     @classmethod
     def load(cls, name: str, beside: LoadedModel) -> FinalPass:
@@ -143,6 +147,12 @@ class FinalPass:
         """Whether a final is waiting (for the final model, or to be handed out)."""
         return any(self._held.values())
 
+    def stats(self) -> FinalPassStats:
+        engine = self.engine.stats()
+        return FinalPassStats(num_waiting=sum(len(queue) for queue in self._held.values()),
+                              num_completed=self._num_completed, num_fallbacks=self._num_fallbacks,
+                              num_requests_waiting=engine.num_waiting, num_requests_running=engine.num_running)
+
     def step(self) -> list[StreamEvent]:
         """One step of the final model's engine (every utterance waiting, batched); the finals now complete, each
         stream's in utterance order."""
@@ -161,7 +171,9 @@ class FinalPass:
 
     def _final(self, held: _HeldFinal) -> StreamEvent:
         if held.fallback:  # its tokens went out in the partial that stood in for it
+            self._num_fallbacks += 1
             return replace(held.event, new_token_ids=())
+        self._num_completed += 1
         token_ids = [t for request_id in held.request_ids for t in held.token_ids[request_id]]
         return replace(held.event, new_token_ids=(), token_ids=tuple(token_ids),
                        text=self.loaded.tokenizer.decode(token_ids), final_model=self.loaded.name)

@@ -18,9 +18,22 @@ class EngineStats:
     decode_batch_sizes: BatchSizeCounts = BatchSizeCounts()  # rows of each step's decode walk, since start
     num_streams: int = 0  # live streams open (a streaming model's engine core)
     stream_slots: int = 0  # streams it can hold at once; 0: the served model does not stream
+    final_pass: FinalPassStats | None = None  # the two-pass final's numbers; None: the server has no final model
     # Several engine replicas behind one server (``oasr serve --ray-replicas``): each one's own numbers, while
     # the fields above are their sum. Empty for a single engine.
     replicas: tuple[ReplicaStats, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinalPassStats:
+    """The two-pass final (``--final-model``): streamed utterances whose final is held, what became of the
+    finals handed out since the engine started, and the final model's own engine requests."""
+
+    num_waiting: int  # utterances whose final is held (being transcribed, or behind an earlier one of its stream)
+    num_completed: int  # finals handed out with the final model's text
+    num_fallbacks: int  # finals handed out with the online text: the final model could not take the audio
+    num_requests_waiting: int  # the final model's engine requests (windows of the utterances) queued
+    num_requests_running: int  # ... and those it is decoding
 
 
 @dataclass(frozen=True)

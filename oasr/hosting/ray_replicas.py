@@ -32,7 +32,7 @@ import numpy as np
 
 from oasr.engine.config import EngineConfig
 from oasr.engine.request import BULK_PRIORITY, RequestOutput
-from oasr.engine.stats import EngineStats, ReplicaStats
+from oasr.engine.stats import EngineStats, FinalPassStats, ReplicaStats
 from oasr.errors import OASRError
 from oasr.hosting.client import CoreClient
 from oasr.hosting.live_stream import LiveStream
@@ -191,6 +191,18 @@ class _Replica:
         return ReplicaStats(self.replica_id, self.up, self.num_requests, self.num_in_flight, self.client.stats())
 
 
+def final_pass_sum(replicas: Sequence[ReplicaStats]) -> FinalPassStats | None:
+    """The replicas' two-pass finals as one (None: they have no final model). What is held and queued now is
+    that of the replicas up; the finals sent are every replica's count, as the step counts are."""
+    every = [r.engine.final_pass for r in replicas if r.engine.final_pass is not None]
+    if not every:
+        return None
+    up = [r.engine.final_pass for r in replicas if r.up and r.engine.final_pass is not None]
+    return FinalPassStats(sum(p.num_waiting for p in up), sum(p.num_completed for p in every),
+                          sum(p.num_fallbacks for p in every), sum(p.num_requests_waiting for p in up),
+                          sum(p.num_requests_running for p in up))
+
+
 class RayReplicaSet:
     """An ``EngineClient`` over ``options.num_replicas`` engine replicas on Ray."""
 
@@ -266,7 +278,7 @@ class RayReplicaSet:
         return EngineStats(sum(s.num_waiting for s in up), sum(s.num_running for s in up),
                            sum(s.kv_blocks_used for s in up), sum(s.kv_blocks_total for s in up),
                            sum(s.num_slots for s in up), encode, decode, sum(s.num_streams for s in up),
-                           sum(s.stream_slots for s in up), replicas=replicas)
+                           sum(s.stream_slots for s in up), final_pass=final_pass_sum(replicas), replicas=replicas)
 
     async def check(self, options: DecodeOptions) -> None:
         await self._acquire(count=False).client.check(options)

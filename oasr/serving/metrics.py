@@ -11,6 +11,10 @@ numbers come from the one shared engine core, so any worker reports them whole.
 
 With engine replicas (``oasr serve --ray-replicas N``) the engine numbers are the replicas' sums, and the
 ``oasr_replica_*`` series, labelled ``replica``, give each one's own.
+
+With a two-pass final (``oasr serve --final-model``) the ``oasr_final_model_*`` series show the finals it holds
+and, of those it has sent, how many carry its transcript and how many the online text (it could not take the
+audio), beside its own engine's queue.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oasr.engine.batch_stats import BatchSizeCounts
-from oasr.engine.stats import ReplicaStats
+from oasr.engine.stats import FinalPassStats, ReplicaStats
 from oasr.hosting.engine_client import EngineClient
 
 # Seconds: from well under a GPU step to a long file on a busy CPU.
@@ -119,8 +123,30 @@ class _EngineCollector(Collector):
                          stats.encode_batch_sizes)
         yield _histogram("oasr_engine_decode_batch_size", "Requests decoded together, per engine step that decodes",
                          stats.decode_batch_sizes)
+        if stats.final_pass is not None:
+            yield from _final_pass_metrics(stats.final_pass)
         if stats.replicas:
             yield from _replica_metrics(stats.replicas)
+
+
+def _final_pass_metrics(final_pass: FinalPassStats) -> Iterator[Metric]:
+    """``--final-model``: the two-pass final's held utterances, how their finals ended, and the final model's
+    own engine queue. Absent without a final model, as the replica series are without replicas: a server that
+    has none has nothing these could count, and a zero would read as a final model that is idle."""
+    families = (
+        (GaugeMetricFamily, "oasr_final_model_finals_waiting", "Streamed utterances whose final is held for the "
+         "final model's transcript", final_pass.num_waiting),
+        (CounterMetricFamily, "oasr_final_model_finals_completed", "Utterance finals sent with the final model's "
+         "transcript", final_pass.num_completed),
+        (CounterMetricFamily, "oasr_final_model_fallbacks", "Utterance finals sent with the streaming model's own "
+         "text because the final model could not take the utterance's audio", final_pass.num_fallbacks),
+        (GaugeMetricFamily, "oasr_final_model_requests_waiting", "The final model's engine requests (windows of "
+         "held utterances) queued for encoding", final_pass.num_requests_waiting),
+        (GaugeMetricFamily, "oasr_final_model_requests_running", "The final model's engine requests holding "
+         "decode rows", final_pass.num_requests_running),
+    )
+    for family_type, name, documentation, value in families:
+        yield family_type(name, documentation, value=value)
 
 
 def _replica_metrics(replicas: tuple[ReplicaStats, ...]) -> Iterator[Metric]:
