@@ -171,21 +171,30 @@ def test_slow_body_gets_408_within_the_body_timeout_and_frees_its_place(engine, 
 
 
 @contextmanager
-def served(app, settings: ServerSettings) -> Iterator[str]:
-    """``app`` under uvicorn as ``oasr serve`` configures it (the request-head deadline), on a free port."""
+def served_by(app, settings: ServerSettings, **config) -> Iterator[tuple[str, uvicorn.Server]]:
+    """``app`` under uvicorn as ``oasr serve`` configures it (the request-head deadline, lingering closes), on a
+    free port; its URL and the uvicorn server (whose ``server_state`` holds the open connections). ``config``:
+    more ``uvicorn.Config`` options."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(app, settings, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=2))
+    config = {"log_level": "warning", "lifespan": "off", "timeout_graceful_shutdown": 2, **config}
+    server = uvicorn.Server(uvicorn_config(app, settings, **config))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="oasr-test-server", daemon=True)
     thread.start()
     wait_until(lambda: server.started, "the server to start")
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
     finally:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@contextmanager
+def served(app, settings: ServerSettings) -> Iterator[str]:
+    """``app`` under uvicorn as ``oasr serve`` configures it, on a free port; its URL."""
+    with served_by(app, settings) as (url, _):
+        yield url
 
 
 def test_a_request_cut_by_shutdown_gets_503_with_retry_after_and_its_decode_is_aborted(engine, short_wav):
