@@ -133,12 +133,18 @@ def answer_on(sock: socket.socket) -> bytes:
     """One whole answer (its head and the Content-Length bytes of its body), without waiting for a close."""
     received = b""
     while b"\r\n\r\n" not in received:
-        received += sock.recv(65536)
+        received += _more(sock, received)
     head, _, body = received.partition(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
-    while len(body) < length:
-        body += sock.recv(65536)
+    lengths = [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    while len(body) < int(lengths[0]):
+        body += _more(sock, body)
     return head + b"\r\n\r\n" + body
+
+
+def _more(sock: socket.socket, received: bytes) -> bytes:
+    chunk = sock.recv(65536)
+    assert chunk, f"the server closed the connection within its answer: {received!r}"
+    return chunk
 
 
 def test_a_client_still_sending_after_its_408_reads_the_answer_and_a_clean_close(engine):
