@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import httpx
 import numpy as np
@@ -19,7 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from oasr.engine.config import CacheConfig, EngineConfig
 from oasr.engine.request import BULK_PRIORITY
+from oasr.engine.stats import EngineStats
 from oasr.serving.app import start_engine
+from oasr.serving.metrics import ServerMetrics
 from oasr.hosting.engine_client import EngineClient
 from oasr.types import DecodeOptions
 
@@ -67,7 +69,28 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT
 
 def metrics(base_url: str) -> dict[str, float]:
     """Every sample on /metrics, keyed by its name and labels as Prometheus writes them."""
-    text = httpx.get(f"{base_url}/metrics", timeout=30).text
+    return samples(httpx.get(f"{base_url}/metrics", timeout=30).text)
+
+
+@dataclass
+class StatsOnlyEngine:
+    """An engine client that is only its numbers: what ``ServerMetrics`` reads of one."""
+
+    engine_stats: EngineStats
+    alive: bool = True
+
+    def stats(self) -> EngineStats:
+        return self.engine_stats
+
+
+def metrics_of(stats: EngineStats) -> dict[str, float]:
+    """The samples /metrics shows for an engine reporting ``stats``, keyed as ``metrics`` keys them."""
+    body, _ = ServerMetrics(StatsOnlyEngine(stats), lambda: 0).exposition()
+    return samples(body.decode())
+
+
+def samples(text: str) -> dict[str, float]:
+    """Every sample of a Prometheus text exposition, keyed by its name and labels as Prometheus writes them."""
     values = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

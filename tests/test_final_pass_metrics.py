@@ -5,18 +5,15 @@ tests/data/funasr/ is the final model; tests/test_funasr_stream_two_pass_server.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 import oasr
 from oasr.engine.final_pass import FinalPass
 from oasr.engine.stats import EngineStats, FinalPassStats, ReplicaStats
 from oasr.errors import OASRError
 from oasr.hosting.ray_replicas import final_pass_sum
-from oasr.serving.metrics import ServerMetrics
 from oasr.streaming.types import StreamEvent
+from serving_harness import metrics_of
 from test_funasr_stream_two_pass import OFFLINE, clips
 
 SAMPLE_RATE = 16_000
@@ -80,29 +77,13 @@ def test_an_utterance_the_final_model_refuses_is_counted_as_a_fallback(offline, 
     assert final.stats() == FinalPassStats(0, 1, 1, 0, 0)
 
 
-@dataclass
-class _FakeEngine:
-    """Just what ``ServerMetrics`` reads of an engine client."""
-
-    engine_stats: EngineStats
-    alive: bool = True
-
-    def stats(self) -> EngineStats:
-        return self.engine_stats
-
-
-def scrape(stats: EngineStats) -> dict[str, float]:
-    body, _ = ServerMetrics(_FakeEngine(stats), lambda: 0).exposition()
-    return {s.name: s.value for f in text_string_to_metric_families(body.decode()) for s in f.samples}
-
-
 def test_metrics_show_the_final_pass_only_where_there_is_one() -> None:
-    m = scrape(EngineStats(0, 0, 0, 0, 1, final_pass=FinalPassStats(3, 5, 2, 4, 1)))
+    m = metrics_of(EngineStats(0, 0, 0, 0, 1, final_pass=FinalPassStats(3, 5, 2, 4, 1)))
     assert {name: value for name, value in m.items() if name.startswith("oasr_final_model_")} == {
         "oasr_final_model_finals_waiting": 3, "oasr_final_model_finals_completed_total": 5,
         "oasr_final_model_fallbacks_total": 2, "oasr_final_model_requests_waiting": 4,
         "oasr_final_model_requests_running": 1}
-    without = scrape(EngineStats(0, 0, 0, 0, 1))
+    without = metrics_of(EngineStats(0, 0, 0, 0, 1))
     assert "oasr_engine_requests_waiting" in without
     assert not [name for name in without if name.startswith("oasr_final_model_")]
 

@@ -15,14 +15,12 @@ import subprocess
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from openai import OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
 import oasr
 from oasr.cli import main
@@ -30,10 +28,9 @@ from oasr.engine.batch_stats import BatchSizeCounts
 from oasr.hosting.protocol import EngineCoreSpec
 from oasr.engine.stats import EngineStats, ReplicaStats
 from oasr.serving.app import build_app
-from oasr.serving.metrics import ServerMetrics
 from oasr.serving.settings import ServerSettings
 from oasr.audio import load_audio
-from serving_harness import SMALL_ENGINE, WAIT_S, SlowEngine, metrics, running_server, wait_until
+from serving_harness import SMALL_ENGINE, WAIT_S, SlowEngine, metrics, metrics_of, running_server, wait_until
 from speech_data import audio_path, require_speech_data
 from test_realtime import (as_served, check_transcript, connect, events_until, next_event, offline, pcm16_24k,
                            send_audio, update)
@@ -121,27 +118,15 @@ def test_batch_size_counts_of_two_replicas_add_bucket_by_bucket() -> None:
         a + BatchSizeCounts((1, 8), (0, 1), 1, 3)
 
 
-@dataclass
-class _FakeReplicas:
-    """Just what ``ServerMetrics`` reads of an engine client."""
-
-    engine_stats: EngineStats
-    alive: bool = True
-
-    def stats(self) -> EngineStats:
-        return self.engine_stats
-
-
 def test_metrics_show_each_replica_by_label_beside_the_sums() -> None:
     own = [EngineStats(1, 2, 10, 100, 8, BatchSizeCounts((1, 4), (3, 3), 3, 3)),
            EngineStats(0, 1, 5, 100, 8, BatchSizeCounts((1, 4), (1, 2), 2, 5))]
     replicas = (ReplicaStats(0, True, 4, 3, own[0]), ReplicaStats(1, False, 6, 0, own[1]))
     summed = EngineStats(1, 2, 10, 100, 8, own[0].encode_batch_sizes + own[1].encode_batch_sizes, replicas=replicas)
-    body, _ = ServerMetrics(_FakeReplicas(summed), lambda: 0).exposition()
-    m = {f"{s.name}{s.labels}": s.value for f in text_string_to_metric_families(body.decode()) for s in f.samples}
-    assert m["oasr_engine_requests_running{}"] == 2 and m["oasr_engine_encode_batch_size_sum{}"] == 8
-    assert m["oasr_engine_replicas{}"] == 2 and m["oasr_engine_replicas_up{}"] == 1
-    by_replica = {name: [m[f"{name}{{'replica': '{i}'}}"] for i in range(2)] for name in (
+    m = metrics_of(summed)
+    assert m["oasr_engine_requests_running"] == 2 and m["oasr_engine_encode_batch_size_sum"] == 8
+    assert m["oasr_engine_replicas"] == 2 and m["oasr_engine_replicas_up"] == 1
+    by_replica = {name: [m[f'{name}{{replica="{i}"}}'] for i in range(2)] for name in (
         "oasr_replica_up", "oasr_replica_requests_total", "oasr_replica_requests_in_flight",
         "oasr_replica_requests_running", "oasr_replica_requests_waiting", "oasr_replica_encoded_windows_total")}
     assert by_replica == {"oasr_replica_up": [1, 0], "oasr_replica_requests_total": [4, 6],

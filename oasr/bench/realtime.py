@@ -90,7 +90,6 @@ def load_clips(args: argparse.Namespace) -> list[tuple[str, np.ndarray]]:
     return named
 
 
-
 # ------------------------------------------------------------------------------------ server metrics
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
