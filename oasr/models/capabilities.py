@@ -10,7 +10,7 @@ the same record to say what a model can do. Nothing probes a model class with ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, Field, dataclass, fields
 
 from oasr.errors import UnsupportedOptionError
 from oasr.quantization.spec import SmoothGroup
@@ -142,11 +142,14 @@ class ModelCapabilities:
 def unserved_option(capabilities: ModelCapabilities, options: DecodeOptions) -> str | None:
     """The first option of ``options`` set away from its default that the model does not serve, or None."""
     served = {f for key in capabilities.served_options for f in OPTION_FIELDS[key]} | set(_ALWAYS_SERVED)
-    defaults = DecodeOptions()
     for field in fields(DecodeOptions):
-        if field.name not in served and getattr(options, field.name) != getattr(defaults, field.name):
+        if field.name not in served and getattr(options, field.name) != _default(field):
             return field.name
     return None
+
+
+def _default(field: Field) -> object:
+    return field.default if field.default is not MISSING else field.default_factory()  # type: ignore[misc]
 
 
 def check_options(capabilities: ModelCapabilities, options: DecodeOptions, name: str) -> None:
