@@ -9,7 +9,7 @@ the realtime and request-head faults (``oasr.bench.soak_realtime``: deep JSON, c
 header bomb), each expecting the answer the server's limits promise. Each request ends as one of:
 
 - completed: a 200 answer;
-- refused: an error status (counted per code), or the connection reset under an oversize upload;
+- refused: an error status (counted per code); an oversize upload must be answered 413 too, not reset;
 - refused_by_restart: an error status for a clip, or a transport error (refused, reset, closed without an
   answer), for a request in flight while the planned restart had the server stopping or away;
 - abandoned: a client that left on purpose (the disconnect faults);
@@ -159,8 +159,6 @@ def _transport_outcome(item: Planned, exc: Exception, started: float, ended: flo
         return "hung"
     if window.overlaps(started, ended):
         return "refused_by_restart"
-    if item.kind == "oversize" and isinstance(exc, (httpx.WriteError, httpx.ReadError, httpx.RemoteProtocolError)):
-        return "refused"  # the server stopped reading the body it refused and reset the connection
     return "lost"
 
 
