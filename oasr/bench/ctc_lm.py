@@ -48,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -247,7 +248,11 @@ def _bench(args, loaded, audio, arpa: Path, tokenizer_file: Path, *, engine_fact
         start = time.perf_counter()
         out = {o.request_id: o for o in engine.run((f"r{i}", a, opts) for i, a in enumerate(audio))}
         sync(loaded.device)
-        return time.perf_counter() - start, [out[f"r{i}"] for i in range(len(audio))]
+        seconds = time.perf_counter() - start
+        # as it goes, on stderr: a run cut short by its time limit still leaves the timings it took
+        label = f"beam {opts.beam_size}" if opts.beam_size else "greedy"
+        print(f"{label}: {seconds:.3f} s", file=sys.stderr, flush=True)
+        return seconds, [out[f"r{i}"] for i in range(len(audio))]
 
     # Warm-up of both (kernels, allocator, the LM load and lexicon trie), then alternating timed rounds.
     run(greedy)
