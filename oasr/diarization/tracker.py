@@ -21,18 +21,18 @@ class SegmentTracker:
     def update(self, probs: np.ndarray) -> list[SpeakerSegment]:
         """probs: [frames, speakers], the stream's next frames -> the segments that ended within them."""
         active = np.asarray(probs) > self.threshold
+        was = np.array([[start is not None for start in self.open_since]])
+        # every speaker's on/off changes at once: (j, s) where speaker s changes state at frame num_frames + j
+        frames, speakers = np.nonzero(np.diff(np.concatenate([was, active]).astype(np.int8), axis=0))
         done = []
-        for speaker in range(active.shape[1]):
-            column = active[:, speaker]
-            was = self.open_since[speaker] is not None
-            edges = np.flatnonzero(np.diff(np.concatenate([[was], column]).astype(np.int8)))
-            for edge in edges:  # edge j: the state changes at frame num_frames + j
-                frame = self.num_frames + int(edge)
-                if self.open_since[speaker] is None:
-                    self.open_since[speaker] = frame
-                else:
-                    done.append(self._segment(self.open_since[speaker], frame, speaker))
-                    self.open_since[speaker] = None
+        for edge, speaker in zip(frames.tolist(), speakers.tolist()):  # in time order, so each speaker's alternate
+            frame = self.num_frames + edge
+            start = self.open_since[speaker]
+            if start is None:
+                self.open_since[speaker] = frame
+            else:
+                done.append(self._segment(start, frame, speaker))
+                self.open_since[speaker] = None
         self.num_frames += active.shape[0]
         return sorted(done, key=lambda s: (s.start, s.speaker))
 
