@@ -16,9 +16,13 @@ On the H200 (defaults: N=256, M=1000, the Nemotron streaming 0.6b and Nemotron-3
 Shapes: ASR, ``oasr.bench.stream.NEMOTRON_SHAPES`` (``tiny``: the registry's tiny config); diarization,
 transformers' ``Nemotron3DiarizationConfig()`` defaults, the release's shape (``tiny``: the registry's tiny
 config), built through OASR's own module (the GPU machine's transformers 5.17 has no Nemotron 3 Diarization).
-Random weights make the speakers' probabilities noise, so the segment tracker's host work is not typical; the
-forwards, which the timing is about, are the release's. Audio
-is seeded noise. Per-chunk latency, ASR: from when the last sample a chunk reads (with its look-ahead) was sent
+Random weights make the speakers' probabilities noise: every speaker switches on and off about every frame, a
+hundred segments a second of audio, and turning those into segments (``speaker_segments``, the live segment
+tracker) took more host time than the forwards took on the device. ``--speaker-activity steady`` (the default)
+therefore sets the speaker classifier's last layer so that speaker 0 talks throughout and the others never (its
+logits still move with the input, by a quarter of their random spread, never near the threshold): one segment
+per file or stream, host work of the order of a conversation's few turns. ``noise`` keeps the random classifier.
+The forwards, which the timing is about, are the release's either way. Audio is seeded noise. Per-chunk latency, ASR: from when the last sample a chunk reads (with its look-ahead) was sent
 to the end of the step that decoded it (as ``oasr bench stream``); diarization likewise for each chunk's scored
 frames and their look-ahead. Live diarization runs here in the bench's loop: the server has no live
 diarization path yet, so this measures the engine objects side by side, not a transport.
@@ -46,14 +50,17 @@ from oasr.devices import DEVICE_HELP, device_name
 
 ASR_ARCHES = ("nemotron-streaming-0.6b", "tiny")
 DIARIZATION_ARCHES = ("release", "tiny")
+SPEAKER_ACTIVITY = ("steady", "noise")
+STEADY_LOGIT = 4.0  # the steady classifier's bias: speaker 0 at +4, the others at -4 (probabilities 0.98 / 0.02)
 SAMPLE_RATE = 16_000
 
 
-def build_diarization_model(arch: str, directory: Path, seed: int = 0) -> None:
+def build_diarization_model(arch: str, directory: Path, seed: int = 0, activity: str = "noise") -> None:
     """A random Nemotron 3 Diarization checkpoint in ``directory``, laid out as transformers' ``save_pretrained``
     writes one (``config.json`` and ``model.safetensors``; OASR's modules carry its key names): the release's shape
     (OASR's config defaults, which are transformers' ``Nemotron3DiarizationConfig()`` defaults), or the registry's
-    tiny config. Built through OASR's own module, as the GPU machine's transformers predates the model."""
+    tiny config. Built through OASR's own module, as the GPU machine's transformers predates the model.
+    ``activity``: ``noise`` (random speakers) or ``steady`` (speaker 0 always over the threshold, the rest never)."""
     from safetensors.torch import save_file
 
     from oasr.models import DIARIZATION_ARCHITECTURES
@@ -70,6 +77,13 @@ def build_diarization_model(arch: str, directory: Path, seed: int = 0) -> None:
                 p.fill_(1.0)
             else:
                 p.normal_(0.0, 0.02)
+        if activity == "steady":
+            out = model.classifier.out_proj
+            out.weight.mul_(0.25)
+            out.bias.fill_(-STEADY_LOGIT)
+            out.bias[0] = STEADY_LOGIT
+        elif activity != "noise":
+            raise ValueError(f"speaker activity {activity!r}: choose one of {', '.join(SPEAKER_ACTIVITY)}")
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config.to_dict()))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
@@ -178,8 +192,8 @@ def live(args: argparse.Namespace, asr_dir: Path, diar_dir: Path) -> dict:
 
 # ------------------------------------------------------------------------------------ offline
 
-async def _offline_pass(client, audio: list[np.ndarray], diarize: bool) -> tuple[float, int, int]:
-    """Every file at once -> (wall seconds, files transcribed, files diarized). A file longer than the model's
+async def _offline_pass(client, audio: list[np.ndarray], diarize: bool) -> tuple[float, int, int, int]:
+    """Every file at once -> (wall seconds, files transcribed, files diarized, segments). A file longer than the model's
     window is cut as the server cuts an upload (``SpanPlanner`` over the client's window), its pieces decoded
     side by side; the diarizer gets the whole file."""
     from oasr.transcription.spans import SpanPlanner, long_audio_detector
@@ -187,7 +201,7 @@ async def _offline_pass(client, audio: list[np.ndarray], diarize: bool) -> tuple
 
     planner = SpanPlanner(long_audio_detector(client.capabilities, None), client.window_samples)
 
-    async def one(samples: np.ndarray) -> tuple[bool, bool]:
+    async def one(samples: np.ndarray) -> tuple[bool, int | None]:
         async def piece(part: np.ndarray) -> bool:
             async for output in client.generate(part, DecodeOptions(), partial=False):
                 if output.finished:
@@ -199,13 +213,14 @@ async def _offline_pass(client, audio: list[np.ndarray], diarize: bool) -> tuple
             return all(await asyncio.gather(*(piece(p) for p in pieces)))
 
         if not diarize:
-            return await transcribed(), False
+            return await transcribed(), None
         done, segments = await asyncio.gather(transcribed(), client.diarize(samples))
-        return done, segments is not None
+        return done, None if segments is None else len(segments)
 
     start = time.perf_counter()
     results = await asyncio.gather(*(one(a) for a in audio))
-    return time.perf_counter() - start, sum(t for t, _ in results), sum(d for _, d in results)
+    return (time.perf_counter() - start, sum(t for t, _ in results), sum(n is not None for _, n in results),
+            sum(n or 0 for _, n in results))
 
 
 def offline(args: argparse.Namespace, asr_dir: Path, diar_dir: Path) -> dict:
@@ -219,8 +234,8 @@ def offline(args: argparse.Namespace, asr_dir: Path, diar_dir: Path) -> dict:
     try:
         warm = noise_clips([min(args.max_seconds, 30.0)] * 2, seed=98)
         asyncio.run(_offline_pass(client, warm, diarize=True))
-        alone_s, alone_done, _ = asyncio.run(_offline_pass(client, audio, diarize=False))
-        with_s, with_done, diarized = asyncio.run(_offline_pass(client, audio, diarize=True))
+        alone_s, alone_done, _, _ = asyncio.run(_offline_pass(client, audio, diarize=False))
+        with_s, with_done, diarized, segments = asyncio.run(_offline_pass(client, audio, diarize=True))
     finally:
         client.shutdown()
     return {"files": args.files, "audio_s": round(audio_s, 1),
@@ -228,7 +243,7 @@ def offline(args: argparse.Namespace, asr_dir: Path, diar_dir: Path) -> dict:
             "asr_alone": {"wall_s": round(alone_s, 4), "rtfx": round(audio_s / alone_s, 2),
                           "files_transcribed": alone_done},
             "with_diarization": {"wall_s": round(with_s, 4), "rtfx": round(audio_s / with_s, 2),
-                                 "files_transcribed": with_done, "files_diarized": diarized},
+                                 "files_transcribed": with_done, "files_diarized": diarized, "segments": segments},
             "diarization_cost": round(with_s / alone_s - 1, 4)}
 
 
@@ -247,6 +262,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--files", type=int, default=1000, help="offline: files")
     p.add_argument("--min-seconds", type=float, default=30.0, help="offline: the shortest file")
     p.add_argument("--max-seconds", type=float, default=120.0, help="offline: the longest file")
+    p.add_argument("--speaker-activity", default="steady", choices=SPEAKER_ACTIVITY,
+                   help="steady: speaker 0 talks throughout; noise: the random classifier's (see above)")
     p.add_argument("--skip-live", action="store_true")
     p.add_argument("--skip-offline", action="store_true")
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
@@ -263,12 +280,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def bench(args: argparse.Namespace) -> dict:
     result: dict = {"bench": "diarization_cost", "arch": args.arch, "diarization_arch": args.diarization_arch,
-                    "weights": "random", "device": args.device, "dtype": args.dtype}
+                    "weights": "random", "speaker_activity": args.speaker_activity, "device": args.device,
+                    "dtype": args.dtype}
     with tempfile.TemporaryDirectory(prefix="oasr-diarization-bench-") as tmp:
         asr_dir, diar_dir = Path(tmp) / "asr", Path(tmp) / "diarization"
         print(f"# building random weights in {tmp}", file=sys.stderr, flush=True)
         build_model(args.arch, asr_dir, blank_bias=1.0)  # mostly blanks, as a trained model emits
-        build_diarization_model(args.diarization_arch, diar_dir)
+        build_diarization_model(args.diarization_arch, diar_dir, activity=args.speaker_activity)
         if not args.skip_live:
             result["live"] = live(args, asr_dir, diar_dir)
             print(json.dumps({"live": result["live"]}), file=sys.stderr, flush=True)  # kept if offline fails
