@@ -295,8 +295,8 @@ def test_the_core_diarizes_the_requests_of_one_iteration_as_one_batch(case):
     engine = build_engine(spec)
     core = EngineCore(engine, build_diarizer(spec))
     batches = []
-    probabilities = core.diarizer.probabilities
-    core.diarizer.probabilities = lambda audio: batches.append(len(audio)) or probabilities(audio)
+    run = core.diarizer.run
+    core.diarizer.run = lambda audio: batches.append(len(audio)) or run(audio)
     audio = load_audio(wav)
     core.handle(Diarize(1, 0.5), audio, client=0)
     core.handle(Diarize(2, 0.5), audio[: len(audio) // 2], client=1)
@@ -310,3 +310,39 @@ def test_the_core_diarizes_the_requests_of_one_iteration_as_one_batch(case):
     bare.handle(Diarize(3, 0.5), audio)
     (refused,) = bare.step_all(1)[0].diarizations
     assert refused.error_kind == UNSUPPORTED_OPTION and "no diarization model" in refused.error
+
+
+def test_the_core_runs_one_diarization_batch_per_step_and_steps_the_engine_between(case):
+    """Files whose padded audio passes one batch's budget run one batch a step, shortest first, with the engine's
+    requests stepped in the same steps; a file handled later waits behind the batches already planned; a client
+    that drops loses its files still waiting, and nobody else's."""
+    from oasr.hosting.core import EngineCore, build_diarizer, build_engine
+    from oasr.hosting.protocol import AddRequest, Diarize, EngineCoreSpec
+    from oasr.types import DecodeOptions
+
+    checkpoint, wav, activity = case
+    spec = EngineCoreSpec("tiny.en", "cpu", "float32", diarization_model=str(checkpoint))
+    core = EngineCore(build_engine(spec), build_diarizer(spec))
+    audio = load_audio(wav)
+    core.diarizer.max_batch_seconds = 1.5 * len(audio) / 16_000  # room for the whole file alone, not two files
+    batches = []
+    run = core.diarizer.run
+    core.diarizer.run = lambda rows: batches.append([len(r) for r in rows]) or run(rows)
+    whole, half, third = audio, audio[: len(audio) // 2], audio[: len(audio) // 3]
+    core.handle(Diarize(1, 0.5), whole)
+    core.handle(Diarize(2, 0.5), half, client=1)
+    core.handle(AddRequest("r", DecodeOptions(), partial=True), whole)
+    first = core.step_all(2)
+    assert batches == [[len(half)]] and core.has_ready_work
+    (answer,) = first[1].diarizations
+    assert answer.call_id == 2 and answer.error is None and first[0].deltas  # the request stepped too
+    core.handle(Diarize(3, 0.5), third)  # planned after the whole file, though shorter
+    core.handle(Diarize(4, 0.5), third, client=1)
+    core.drop_client(1)
+    (answer,) = core.step_all(1)[0].diarizations
+    assert answer.call_id == 1 and list(answer.segments) == activity
+    (answer,) = core.step_all(1)[0].diarizations
+    assert answer.call_id == 3 and batches == [[len(half)], [len(whole)], [len(third)]]
+    while core.has_ready_work:  # the request's remaining steps; client 1's file never runs
+        assert not any(update.diarizations for update in core.step_all(1).values())
+    assert len(batches) == 3

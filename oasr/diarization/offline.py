@@ -28,29 +28,33 @@ class OfflineDiarizer:
             raise ValueError(f"threshold must lie in (0, 1), got {threshold}")
         self.loaded, self.max_batch_seconds, self.threshold = loaded, max_batch_seconds, threshold
 
-    @torch.inference_mode()
-    def probabilities(self, audio: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """16 kHz float inputs -> each input's speaker probabilities [its mel frames, speakers] (float32)."""
-        order = sorted(range(len(audio)), key=lambda i: len(audio[i]))
-        out: list[np.ndarray | None] = [None] * len(audio)
-        batch: list[int] = []
-        for i in order:
-            # the longest row sets a batch's padded size: cut before it would pass the budget
-            if batch and len(audio[i]) * (len(batch) + 1) > self.max_batch_seconds * SAMPLE_RATE:
-                self._run(audio, batch, out)
-                batch = []
+    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Inputs of ``lengths`` samples -> their indices in batches, shortest first: a batch is cut before the
+        row that would take its padded audio (rows x its longest) past ``max_batch_seconds``."""
+        batches: list[list[int]] = [[]]
+        for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+            batch = batches[-1]
+            if batch and lengths[i] * (len(batch) + 1) > self.max_batch_seconds * SAMPLE_RATE:
+                batches.append(batch := [])
             batch.append(i)
-        if batch:
-            self._run(audio, batch, out)
-        return out  # type: ignore[return-value]
+        return batches if batches[0] else []
 
-    def _run(self, audio: Sequence[np.ndarray], rows: list[int], out: list) -> None:
+    @torch.inference_mode()
+    def run(self, audio: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One batch of 16 kHz float inputs -> each input's speaker probabilities [its mel frames, speakers]."""
         loaded = self.loaded
-        features, lengths = loaded.features([audio[i] for i in rows], loaded.device)
+        features, lengths = loaded.features(list(audio), loaded.device)
         logits = loaded.model.diarize(features.transpose(1, 2), lengths)
         probs = logits.float().sigmoid().cpu().numpy()
-        for j, i in enumerate(rows):
-            out[i] = probs[j, : int(lengths[j])]
+        return [probs[j, : int(length)] for j, length in enumerate(lengths)]
+
+    def probabilities(self, audio: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """16 kHz float inputs -> each input's speaker probabilities [its mel frames, speakers] (float32)."""
+        out: list[np.ndarray | None] = [None] * len(audio)
+        for rows in self.batches([len(a) for a in audio]):
+            for i, probs in zip(rows, self.run([audio[i] for i in rows]), strict=True):
+                out[i] = probs
+        return out  # type: ignore[return-value]
 
     def diarize(self, audio: Sequence[np.ndarray], sources: Sequence[str] | None = None) -> list[Diarization]:
         sources = sources or [f"input {i}" for i in range(len(audio))]

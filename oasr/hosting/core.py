@@ -6,9 +6,10 @@ an index. The core remembers which client added each request and opened each str
 failures, option checks, alignments and stream events to that client only; changed stats go to every client. A
 client that drops (its process died) has its streams aborted, so their slots are free again. A word alignment
 (``AlignWords``) runs when its message is handled, between two steps, and fails alone. With a diarization model
-beside the model (``EngineCoreSpec.diarization_model``), the ``Diarize`` messages handled since the last step
-run as one batch before the next one, on the same device (``oasr.diarization.offline``: a row's result does not
-depend on its batch); a failed batch fails its requests alone. A streaming model's two-pass final model
+beside the model (``EngineCoreSpec.diarization_model``), the ``Diarize`` messages are batched by length
+(``oasr.diarization.offline``: a row's result does not depend on its batch) and one batch runs before each step,
+on the same device, so a burst of files to diarize does not stall the engine's requests and streams; a failed
+batch fails its requests alone. A streaming model's two-pass final model
 (``StreamingConfig.final_model`` in ``EngineCoreSpec.streaming``) is the engine's own: its streaming engine loads
 it beside the model and steps it in the core's steps.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,7 +63,8 @@ class EngineCore:
     def __init__(self, engine: Engine, diarizer: OfflineDiarizer | None = None) -> None:
         self.engine = engine
         self.diarizer = diarizer
-        self._to_diarize: list[tuple[int, Diarize, np.ndarray]] = []
+        self._to_diarize: list[tuple[int, Diarize, np.ndarray]] = []  # handled, not yet planned into batches
+        self._diarize_batches: deque[list[tuple[int, Diarize, np.ndarray]]] = deque()
         self._diarizations: list[tuple[int, DiarizeResult]] = []
         self.streams = StreamRouter(engine.streams, engine.loaded.name)
         # Tokens already sent per live request; None for one that only wants its finished result.
@@ -85,7 +88,7 @@ class EngineCore:
     @property
     def has_ready_work(self) -> bool:
         """Whether a step now would do anything (live streams waiting for audio do not count)."""
-        return self.engine.has_ready_work()
+        return self.engine.has_ready_work() or bool(self._to_diarize or self._diarize_batches)
 
     def handle(self, message: object, audio: np.ndarray | None = None, client: int = 0) -> bool:
         """Acts on one message from ``client``; returns False for ``StopCore``. Request ids must be unique
@@ -133,8 +136,12 @@ class EngineCore:
         self._owner[message.request_id] = client
 
     def drop_client(self, client: int) -> None:
-        """``client`` is gone (its channel dropped): its streams are aborted; nobody hears of them again."""
+        """``client`` is gone (its channel dropped): its streams are aborted and its files to diarize dropped;
+        nobody hears of them again."""
         self.streams.drop(client)
+        self._to_diarize = [waiting for waiting in self._to_diarize if waiting[0] != client]
+        kept = ([waiting for waiting in batch if waiting[0] != client] for batch in self._diarize_batches)
+        self._diarize_batches = deque(batch for batch in kept if batch)
 
     def _align(self, message: AlignWords, audio: np.ndarray | None) -> AlignResult:
         """Answers one ``AlignWords``. It fails alone: a request's words are not worth the core's life."""
@@ -194,19 +201,25 @@ class EngineCore:
         return updates
 
     def _diarize(self) -> None:
-        """The ``Diarize`` messages handled since the last step, as one batch."""
-        if not self._to_diarize:
+        """One batch of the waiting ``Diarize`` messages. Those handled since the last plan are cut into batches
+        by length (``OfflineDiarizer.batches``), queued behind the batches already planned; each step runs one,
+        so the engine steps between them and messages handled later never overtake earlier ones."""
+        if not self._diarize_batches and self._to_diarize:
+            waiting, self._to_diarize = self._to_diarize, []
+            if self.diarizer is None:
+                self._diarizations += [(client, DiarizeResult(m.call_id, error_kind=UNSUPPORTED_OPTION,
+                                                              error="this engine core serves no diarization model"))
+                                       for client, m, _ in waiting]
+                return
+            plan = self.diarizer.batches([len(audio) for _, _, audio in waiting])
+            self._diarize_batches.extend([waiting[i] for i in rows] for rows in plan)
+        if not self._diarize_batches:
             return
-        batch, self._to_diarize = self._to_diarize, []
-        if self.diarizer is None:
-            self._diarizations += [(client, DiarizeResult(m.call_id, error_kind=UNSUPPORTED_OPTION,
-                                                          error="this engine core serves no diarization model"))
-                                   for client, m, _ in batch]
-            return
+        batch = self._diarize_batches.popleft()
         from oasr.diarization.segments import speaker_segments
 
         try:
-            probs = self.diarizer.probabilities([audio for _, _, audio in batch])
+            probs = self.diarizer.run([audio for _, _, audio in batch])
         except Exception as exc:
             log.exception("diarization failed")
             self._diarizations += [(client, DiarizeResult(m.call_id, error_kind=INTERNAL_ERROR, error=describe(exc)))
