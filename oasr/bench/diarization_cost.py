@@ -18,14 +18,17 @@ transformers' ``Nemotron3DiarizationConfig()`` defaults, the release's shape (``
 config), built through OASR's own module (the GPU machine's transformers 5.17 has no Nemotron 3 Diarization).
 Random weights make the speakers' probabilities noise: every speaker switches on and off about every frame, a
 hundred segments a second of audio, and turning those into segments (``speaker_segments``, the live segment
-tracker) took more host time than the forwards took on the device. ``--speaker-activity steady`` (the default)
-therefore sets the speaker classifier's last layer so that speaker 0 talks throughout and the others never (its
-logits still move with the input, by a quarter of their random spread, never near the threshold): one segment
-per file or stream, host work of the order of a conversation's few turns. ``noise`` keeps the random classifier.
-The forwards, which the timing is about, are the release's either way. Audio is seeded noise. Per-chunk latency, ASR: from when the last sample a chunk reads (with its look-ahead) was sent
-to the end of the step that decoded it (as ``oasr bench stream``); diarization likewise for each chunk's scored
-frames and their look-ahead. Live diarization runs here in the bench's loop: the server has no live
-diarization path yet, so this measures the engine objects side by side, not a transport.
+tracker) is host work on the loop's thread: timed on a CPU, about all the time diarization added on an H100,
+while the device waited. ``--speaker-activity steady`` (the default) therefore sets the speaker classifier's
+last layer so that speaker 0 talks throughout and the others never (its logits still move with the input, by a
+quarter of their random spread, never near the threshold): one segment per file or stream, host work of the
+order of a conversation's few turns. ``noise`` keeps the random classifier. The forwards, which the timing is
+about, are the release's either way. Audio is seeded noise.
+
+Per-chunk latency, ASR: from when the last sample a chunk reads (with its look-ahead) was sent to the end of the
+step that decoded it (as ``oasr bench stream``); diarization likewise for each chunk's scored frames and their
+look-ahead. Live diarization runs here in the bench's loop: the server has no live diarization path yet, so this
+measures the engine objects side by side, not a transport.
 
 Prints one JSON line; exit status 0 when every stream and file got its final result.
 """
@@ -193,9 +196,9 @@ def live(args: argparse.Namespace, asr_dir: Path, diar_dir: Path) -> dict:
 # ------------------------------------------------------------------------------------ offline
 
 async def _offline_pass(client, audio: list[np.ndarray], diarize: bool) -> tuple[float, int, int, int]:
-    """Every file at once -> (wall seconds, files transcribed, files diarized, segments). A file longer than the model's
-    window is cut as the server cuts an upload (``SpanPlanner`` over the client's window), its pieces decoded
-    side by side; the diarizer gets the whole file."""
+    """Every file at once -> (wall seconds, files transcribed, files diarized, segments). A file longer than the
+    model's window is cut as the server cuts an upload (``SpanPlanner`` over the client's window), its pieces
+    decoded side by side; the diarizer gets the whole file."""
     from oasr.transcription.spans import SpanPlanner, long_audio_detector
     from oasr.types import DecodeOptions
 
