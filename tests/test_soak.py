@@ -10,7 +10,7 @@ import pytest
 
 import oasr
 from oasr.bench import soak
-from oasr.bench.soak import Planned, RestartWindow, SoakConfig, plan
+from oasr.bench.soak import RestartWindow, SoakConfig, plan
 from oasr.bench.soak_faults import FAULT_KINDS, REFUSED_BODIES, lying_wav
 from oasr.bench.soak_realtime import REALTIME_FAULTS, FaultOutcome, summarize_faults
 from oasr.bench.soak_server import ServerOptions, SoakServer
@@ -43,17 +43,16 @@ def test_the_plan_has_the_asked_share_of_faults_and_every_kind() -> None:
 
 def test_a_transport_error_is_lost_unless_the_restart_explains_it() -> None:
     window = RestartWindow(start=10.0, end=20.0)
-    normal, oversize = Planned(0, "normal", 0), Planned(1, "oversize", 0)
     closed = httpx.RemoteProtocolError("Server disconnected without sending a response.")
     outcome = soak._transport_outcome
-    assert outcome(normal, closed, 5.0, 12.0, window) == "refused_by_restart"  # in flight at the SIGTERM
-    assert outcome(normal, httpx.ConnectError("refused"), 15.0, 15.1, window) == "refused_by_restart"
-    assert outcome(normal, closed, 21.0, 22.0, window) == "lost"  # after the restart: nothing explains it
-    assert outcome(normal, closed, 1.0, 9.0, RestartWindow()) == "lost"
-    # The server answers an oversize body 413 and lingers before closing: a reset is no answer.
-    assert outcome(oversize, httpx.WriteError("reset"), 21.0, 22.0, window) == "lost"
-    assert outcome(normal, httpx.ReadTimeout("slow"), 21.0, 22.0, window) == "hung"
-    assert outcome(normal, httpx.ReadTimeout("slow"), 12.0, 14.0, window) == "hung"  # a hang is never excused
+    assert outcome(closed, 5.0, 12.0, window) == "refused_by_restart"  # in flight at the SIGTERM
+    assert outcome(httpx.ConnectError("refused"), 15.0, 15.1, window) == "refused_by_restart"
+    assert outcome(closed, 21.0, 22.0, window) == "lost"  # after the restart: nothing explains it
+    assert outcome(closed, 1.0, 9.0, RestartWindow()) == "lost"
+    # a reset is no answer, an oversize upload's too: the server answers it 413 and lingers before it closes
+    assert outcome(httpx.WriteError("reset"), 21.0, 22.0, window) == "lost"
+    assert outcome(httpx.ReadTimeout("slow"), 21.0, 22.0, window) == "hung"
+    assert outcome(httpx.ReadTimeout("slow"), 12.0, 14.0, window) == "hung"  # a hang is never excused
 
 
 def test_the_lying_wav_claims_one_hertz() -> None:

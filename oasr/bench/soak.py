@@ -154,7 +154,7 @@ async def _post(http: httpx.AsyncClient, url: str, item: Planned, upload: Upload
     return None
 
 
-def _transport_outcome(item: Planned, exc: Exception, started: float, ended: float, window: RestartWindow) -> str:
+def _transport_outcome(exc: Exception, started: float, ended: float, window: RestartWindow) -> str:
     if isinstance(exc, (httpx.TimeoutException, asyncio.TimeoutError)):
         return "hung"
     if window.overlaps(started, ended):
@@ -170,7 +170,7 @@ async def run_one(http: httpx.AsyncClient, url: str, item: Planned, upload: Uplo
         response = await asyncio.wait_for(_post(http, url, item, upload, rng), config.timeout_s)
     except (httpx.HTTPError, OSError, asyncio.TimeoutError) as exc:
         ended = time.monotonic()
-        outcome = _transport_outcome(item, exc, started, ended, window)
+        outcome = _transport_outcome(exc, started, ended, window)
         detail = f"{type(exc).__name__}: {exc}"[:200]
     else:
         ended = time.monotonic()
