@@ -218,7 +218,7 @@ async def _offline_pass(client, audio: list[np.ndarray], diarize: bool) -> tuple
         if not diarize:
             return await transcribed(), None
         done, segments = await asyncio.gather(transcribed(), client.diarize(samples))
-        return done, None if segments is None else len(segments)
+        return done, len(segments)
 
     start = time.perf_counter()
     results = await asyncio.gather(*(one(a) for a in audio))

@@ -1,5 +1,6 @@
 """Speaker segments of a stream as its frames arrive: a segment is reported once its speaker stops (or the
-stream ends), and the segments of a whole stream are exactly ``speaker_segments`` of all its frames."""
+stream ends). ``speaker_segments`` is this tracker fed a whole input at once, so a stream's segments are those of
+all its frames however they were cut."""
 
 from __future__ import annotations
 
