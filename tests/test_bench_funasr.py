@@ -44,10 +44,13 @@ def test_texts_compare_without_tags_and_spacing() -> None:
 
 def test_the_bench_runs_oasr_alone_with_peer_none(capsys) -> None:
     results = bench.main(["--arch", "paraformer-tiny", "sense-voice-tiny", "--num-utterances", "3", "--device",
-                          "cpu", "--peer", "none", "--rounds", "1"])
+                          "cpu", "--peer", "none", "--rounds", "1", "--max-encode-rows", "1", "3"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert lines == results and [r["arch"] for r in results] == ["paraformer-tiny", "sense-voice-tiny"]
     for result in results:
         assert result["utterances"] == 3 and result["audio_seconds"] > 6
         assert result["oasr"]["seconds"] > 0 and result["oasr"]["tokens_per_clip"] > 1
+        rounds = result["oasr"]["rounds"]  # each batch size timed; the best of all is the one reported
+        assert sorted(rounds) == ["1", "3"] and result["oasr"]["seconds"] == min(min(r) for r in rounds.values())
+        assert result["oasr"]["seconds"] in rounds[str(result["oasr"]["max_encode_rows"])]
         assert result["funasr"] == {"skipped": "--peer none"}
