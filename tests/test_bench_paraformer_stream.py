@@ -4,6 +4,7 @@ funasr, streamed by a few concurrent streams in simulated real time and flat out
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,13 @@ def test_the_streaming_paraformer_has_no_transformers_peer(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["--arch", "paraformer-streaming-tiny", "--peer", "transformers", "--device", "cpu"])
     assert "has no transformers peer" in capsys.readouterr().err
+
+
+def test_profile_counts_the_steps_of_streams_flat_out(capsys) -> None:
+    main(["--arch", "paraformer-streaming-tiny", "--chunk-ms", "600", "--streams", "1", "--seconds", "1.5",
+          "--flat-out", "--device", "cpu", "--dtype", "float32", "--profile", "2"])
+    err = capsys.readouterr().err
+    assert "== profile: 2 streams flat out" in err and "profiled run:" in err
+    # 1.5 s in 600 ms chunks is three chunks a stream; both streams ride each step, and a last step closes them.
+    steps = re.search(r"^(\d+) steps$", err, re.MULTILINE)
+    assert steps is not None and 3 <= int(steps.group(1)) <= 4

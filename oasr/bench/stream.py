@@ -155,6 +155,32 @@ def run_oasr(engine, audio: list[np.ndarray], lookahead: int, *, realtime: bool)
                 final_p50_ms=percentile(final, 50) * ms, final_p99_ms=percentile(final, 99) * ms)
 
 
+def profile_steps(engine, audio: list[np.ndarray], lookahead: int) -> None:
+    """``audio`` flat out under torch's profiler, to stderr: the steps' wall time beside the device's kernel time
+    (the gap is the host: Python, launches, syncs), then ``profile_oasr``'s tables."""
+    import sys
+    from contextlib import redirect_stdout
+
+    from oasr.bench.profiling import profile_oasr
+
+    steps = 0
+
+    def count(step=engine.step):
+        nonlocal steps
+        steps += 1
+        return step()
+
+    engine.step = count
+
+    def run() -> tuple[float]:
+        return (run_oasr(engine, audio, lookahead, realtime=False)["wall_s"],)
+
+    with redirect_stdout(sys.stderr):
+        print(f"== profile: {len(audio)} streams flat out")
+        profile_oasr(run)
+        print(f"{steps} steps")
+
+
 def run_transformers(model, features: torch.Tensor, lookahead: int, batch_size: int) -> tuple[float, list]:
     """features: [N, T, n_mels] on the device -> (seconds, tokens per row) of streaming ``generate``."""
     from oasr.bench.parakeet import sync as _sync
@@ -208,6 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--blank-bias", type=float, default=BLANK_BIAS)
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                    help="replay each step shape's forward as a CUDA graph (the engine's default)")
+    p.add_argument("--profile", type=int, nargs="*", default=[], metavar="N",
+                   help="after the runs, N streams flat out under torch's profiler, each count (to stderr): per step "
+                        "wall against device time, kernels by kind, the top kernels and ops")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--json-out", type=Path, default=None)
@@ -258,6 +287,8 @@ def main(argv: list[str] | None = None) -> None:
         peer = dict(streams=n, wall_s=seconds, rtfx=n * args.seconds / seconds)
         report["peer"] = dict(oasr=ours, transformers=peer, ratio=ours["rtfx"] / peer["rtfx"])
         print(json.dumps({"peer": report["peer"]}))
+    for n in args.profile:
+        profile_steps(engine(), noise(n, args.seconds, seed=n), lookahead)
     print(json.dumps({"most_streams_within_budget": report["most_streams_within_budget"],
                       "p99_budget_ms": args.p99_budget_ms}))
     if args.json_out:
