@@ -16,7 +16,9 @@ import torch
 import oasr
 from oasr.cli import main
 from oasr.decode.ctc_lexicon_beam import LexiconBeamOptions, LexiconBeamSearch
-from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM, arpa_unigrams
+from oasr.decode.arpa import ArpaTables
+from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, arpa_unigrams
+from oasr.decode.word_histories import DeviceHistories, HostHistories, WordHistories
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
 from oasr.errors import UnsupportedOptionError
@@ -107,6 +109,13 @@ def flashlight_best(log_probs: torch.Tensor, blank: int, lexicon: Lexicon, lm_pa
     return [w for w in best.words if w >= 0], best.score
 
 
+def histories(kind: str, arpa: Path | None, lexicon: Lexicon) -> WordHistories:
+    """The search's language-model side: "device" (the ARPA file as tables, or no model) or "host" (KenLM)."""
+    if kind == "host" and arpa is not None:
+        return HostHistories(NGramLM(arpa), lexicon.words)
+    return DeviceHistories(ArpaTables.read(arpa) if arpa is not None else None, lexicon.words, torch.device("cpu"))
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("ctc_lm_parakeet")
@@ -139,15 +148,14 @@ def log_probs(loaded, speech) -> tuple[torch.Tensor, torch.Tensor]:
         return loaded.model.ctc_log_probs(encoded.hidden), encoded.lengths
 
 
-def search_and_flashlight(loaded, speech, arpa, log_probs, with_lm: bool,
-                          options: LexiconBeamOptions) -> tuple[list[list[int]], list[float]]:
+def search_and_flashlight(loaded, speech, arpa, log_probs, with_lm: bool, options: LexiconBeamOptions,
+                          kind: str = "device") -> tuple[list[list[int]], list[float]]:
     """Runs the search with ``options``, asserts flashlight's best equals it on every row -> (words, scores)."""
     words = sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a", "dog"})
     lexicon = Lexicon.spelled(words, loaded.tokenizer)
-    lm = NGramLM(arpa) if with_lm else None
     lp, lengths = log_probs
-    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(lm, lexicon.words),
-                               loaded.model.blank_id, options)
+    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]),
+                               histories(kind, arpa if with_lm else None, lexicon), loaded.model.blank_id, options)
     _, got_words, got_scores = search.run(lp, lengths)
     for row in range(len(speech)):
         want_words, want_score = flashlight_best(lp[row, : lengths[row]], loaded.model.blank_id, lexicon,
@@ -157,27 +165,30 @@ def search_and_flashlight(loaded, speech, arpa, log_probs, with_lm: bool,
     return got_words, got_scores
 
 
+@pytest.mark.parametrize("kind", ["device", "host"])
 @pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus",
                          [(True, 4, 0.5, 0.0), (True, 8, 2.0, 1.5), (False, 8, 0.0, -0.5), (True, 2, 1.0, 3.0)])
 def test_lexicon_search_equals_flashlight_on_a_parakeet_ctc_model(loaded, speech, arpa, log_probs, with_lm,
-                                                                  beam_size, lm_weight, word_bonus) -> None:
+                                                                  beam_size, lm_weight, word_bonus, kind) -> None:
     got_words, _ = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
-                                         LexiconBeamOptions(beam_size, lm_weight, word_bonus))
+                                         LexiconBeamOptions(beam_size, lm_weight, word_bonus), kind)
     assert sum(map(len, got_words)) >= 3, "the rows emitted (almost) no words: the comparison could not fail"
 
 
+@pytest.mark.parametrize("kind", ["device", "host"])
 @pytest.mark.parametrize("with_lm, beam_size, lm_weight, word_bonus, beam_size_token, beam_threshold",
                          [(True, 8, 1.0, 1.5, None, 5.0), (True, 8, 1.0, 1.5, 4, math.inf),
                           (True, 4, 0.5, 0.0, 2, 3.0), (False, 8, 0.0, -0.5, 8, 10.0),
                           (True, 4, -0.5, 2.0, 6, 4.0)])  # a negative weight: no bound before the LM
 def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, log_probs, with_lm, beam_size,
                                                         lm_weight, word_bonus, beam_size_token,
-                                                        beam_threshold) -> None:
+                                                        beam_threshold, kind) -> None:
     pruned = LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_size_token=beam_size_token,
                                 beam_threshold=beam_threshold)
-    _, scores = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm, pruned)
+    _, scores = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm, pruned, kind)
     _, unpruned = search_and_flashlight(loaded, speech, arpa, log_probs, with_lm,
-                                        LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_threshold=math.inf))
+                                        LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_threshold=math.inf),
+                                        kind)
     assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
 
 
@@ -193,7 +204,6 @@ def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> 
     lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
     arpa = write_bigram_arpa(tmp_path / "lm.arpa",
                              [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
-    lm = NGramLM(arpa)
     pruned_cases = 0
     for case in range(30):
         frames = rng.randint(5, 30)
@@ -206,12 +216,14 @@ def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> 
                                      rng.choice([-1.0, 0.0, 1.5]), beam_size_token=rng.choice([None, 1, 3, 8]),
                                      beam_threshold=rng.choice([math.inf, 50.0, 5.0, 1.0]))
         pruned_cases += options.beam_size_token is not None or options.beam_threshold < 50
-        search = LexiconBeamSearch(LexiconTrie.build(lexicon, vocab), LMHistories(lm, lexicon.words), blank, options)
-        _, got_words, got_scores = search.run(lp, lengths)
-        for row in range(3):
-            want_words, want_score = flashlight_best(lp[row, : lengths[row]], blank, lexicon, arpa, options)
-            assert got_words[row] == want_words, (case, row, options)
-            assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6), (case, row, options)
+        for kind in ("device", "host"):
+            search = LexiconBeamSearch(LexiconTrie.build(lexicon, vocab), histories(kind, arpa, lexicon), blank,
+                                       options)
+            _, got_words, got_scores = search.run(lp, lengths)
+            for row in range(3):
+                want_words, want_score = flashlight_best(lp[row, : lengths[row]], blank, lexicon, arpa, options)
+                assert got_words[row] == want_words, (case, row, options, kind)
+                assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6), (case, row, options, kind)
     assert pruned_cases >= 15
 
 
@@ -227,7 +239,7 @@ def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, sp
     lexicon = Lexicon.spelled(sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a",
                                                                                   "dog"}),
                               loaded.tokenizer)
-    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(NGramLM(arpa), lexicon.words),
+    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), histories("host", arpa, lexicon),
                                loaded.model.blank_id, LexiconBeamOptions(4, 1.0, 0.5))
     tokens, words, _ = search.run(lp, lengths)
     results = oasr.transcribe([c.audio for c in speech], loaded, beam_size=4, lm=str(arpa), lm_weight=1.0,
@@ -247,7 +259,7 @@ def test_the_pruning_knobs_reach_the_search_from_the_api_the_engine_and_the_cli(
     weights = {"lm_weight": 1.0, "word_bonus": 1.5}
 
     def searched(**pruning) -> list[list[int]]:
-        search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), LMHistories(NGramLM(arpa), lexicon.words),
+        search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), histories("host", arpa, lexicon),
                                    loaded.model.blank_id, LexiconBeamOptions(4, **weights, **pruning))
         return search.run(lp, lengths)[0]
 

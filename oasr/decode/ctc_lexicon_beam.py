@@ -18,27 +18,32 @@ At the end, hypotheses between words (all, when none is) add the language model'
 threshold drops the weak ones, and the best is traced back through per-frame back-pointers.
 
 Scores live on the device in float64, as flashlight keeps them in doubles. Every candidate of a frame has a fixed
-slot in per-row tensors ([B, M], -inf where a move does not exist), so a frame runs without host syncs but one:
-the language model is asked on the host, for the distinct (history, word) pairs of the word candidates that can
-still matter. Which can is decided before asking, from an upper bound: a word's log10 probability is at most 0, so
-with ``lm_weight >= 0`` a word candidate scores at most its score before the LM plus ``word_bonus``. A candidate
-whose bound falls below the threshold of the frame's best move without a word, or whose state's bound falls below
-the ``beam_size``-th best state without a word (taken from candidates sure to pass the threshold), can be neither
-kept nor merged into a kept state, so it is dropped unasked: the result is the same, with far fewer LM queries.
+slot in per-row tensors ([B, M], -inf where a move does not exist). The language model's side is a
+``WordHistories``: without a model or with an ARPA file it scores on the device and a frame never waits for the
+host. A binary KenLM file is asked on the host, once a frame, for the distinct (history, word) pairs of the word
+candidates that can still matter. Which can is decided before asking, from an upper bound: a word's log10
+probability is at most 0, so with ``lm_weight >= 0`` a word candidate scores at most its score before the LM plus
+``word_bonus``. A candidate whose bound falls below the threshold of the frame's best move without a word, or whose
+state's bound falls below the ``beam_size``-th best state without a word (taken from candidates sure to pass the
+threshold), can be neither kept nor merged into a kept state, so it is dropped unasked: the result is the same,
+with far fewer LM queries.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 
 from oasr.decode.base import EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel
-from oasr.decode.lexicon import (DecodingResourceError, Lexicon, LexiconTrie, LMHistories, NGramLM, Spelling,
-                                 arpa_unigrams)
+from oasr.decode.arpa import ArpaError, ArpaTables, is_arpa
+from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, Spelling, arpa_unigrams
 from oasr.decode.pending import LaunchesEagerly
+from oasr.decode.word_histories import DeviceHistories, HostHistories, WordHistories
 from oasr.types import check_pruning
 
 _NEG_INF = float("-inf")
@@ -67,22 +72,25 @@ class LexiconBeamOptions:
 
 @dataclass
 class _Hyps:
-    """Per row and beam [B, K]: score (-inf: empty slot), word history id, trie node, last token, blank last."""
+    """Per row and beam [B, K]: score (-inf: empty slot), word history key, trie node, last token, blank last; and
+    the language model's context [B, K, C]."""
 
     score: torch.Tensor
     history: torch.Tensor
     node: torch.Tensor
     token: torch.Tensor
     blank_last: torch.Tensor
+    context: torch.Tensor
 
     @classmethod
-    def start(cls, batch: int, beam: int, blank_id: int, device: torch.device) -> _Hyps:
+    def start(cls, batch: int, beam: int, blank_id: int, histories: WordHistories, device: torch.device) -> _Hyps:
         score = torch.full((batch, beam), _NEG_INF, dtype=torch.float64, device=device)
         score[:, 0] = 0.0
         zeros = torch.zeros(batch, beam, dtype=torch.long, device=device)
+        history, context = histories.start(batch, beam, device)
         # flashlight starts on the silence token, here the blank (the only separator CTC models have).
-        return cls(score, zeros, zeros.clone(), torch.full_like(zeros, blank_id),
-                   torch.zeros_like(zeros, dtype=torch.bool))
+        return cls(score, history, zeros, torch.full_like(zeros, blank_id), torch.zeros_like(zeros, dtype=torch.bool),
+                   context)
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,7 @@ class _Frame:
     word_score: torch.Tensor
     word: torch.Tensor
     word_history: torch.Tensor
+    word_context: torch.Tensor  # [B, Mw, C]
     word_group: torch.Tensor
     # [B, Mw]: log of how many beams share the parent's place. A word state's candidates come from those beams,
     # one each, so its log-sum-exp is at most its best candidate plus this.
@@ -161,14 +170,16 @@ class _Frame:
 class LexiconBeamSearch:
     """One batched search. ``trie`` and the log-probs share a device; ``histories`` is this search's own."""
 
-    def __init__(self, trie: LexiconTrie, histories: LMHistories, blank_id: int, options: LexiconBeamOptions) -> None:
+    def __init__(self, trie: LexiconTrie, histories: WordHistories, blank_id: int,
+                 options: LexiconBeamOptions) -> None:
         self.trie = trie
         self.histories = histories
         self.blank_id = blank_id
         self.options = options
-        # A word's score after the LM is bounded by its score before plus word_bonus only while the LM can
-        # only lower it; with a negative weight every word candidate is asked.
-        self._bounded = histories.lm is None or options.lm_weight >= 0
+        # Candidates that cannot matter are left unasked where asking costs a sync. A word's score after the LM is
+        # bounded by its score before plus word_bonus only while the LM can only lower it; with a negative weight
+        # every word candidate is asked.
+        self._bounded = histories.syncs and options.lm_weight >= 0
 
     def run(self, log_probs: torch.Tensor,
             lengths: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[float]]:
@@ -179,7 +190,7 @@ class LexiconBeamSearch:
         num_tokens = v if self.options.beam_size_token is None else min(self.options.beam_size_token, v)
         layout = _Layout.of(k, num_tokens, self.trie.labels.shape[1], device)
         lengths = lengths.to(device)
-        hyps = _Hyps.start(b, k, self.blank_id, device)
+        hyps = _Hyps.start(b, k, self.blank_id, self.histories, device)
         keep = torch.arange(k, device=device).expand(b, k)
         parents = torch.zeros(t, b, k, dtype=torch.long, device=device)
         emitted = torch.full((t, b, k), -1, dtype=torch.long, device=device)
@@ -188,7 +199,8 @@ class LexiconBeamSearch:
             active = frame_index < lengths
             new, parent, token, word = self._step(hyps, log_probs[:, frame_index].double(), layout, active)
             done = ~active[:, None]
-            hyps = _Hyps(*(torch.where(done, getattr(hyps, f), getattr(new, f)) for f in _Hyps.__dataclass_fields__))
+            hyps = _Hyps(*(torch.where(done.view(b, 1, *([1] * (getattr(new, f).dim() - 2))), getattr(hyps, f),
+                                       getattr(new, f)) for f in _Hyps.__dataclass_fields__))
             parents[frame_index] = torch.where(done, keep, parent)
             emitted[frame_index] = torch.where(done, -1, token)
             words[frame_index] = torch.where(done, -1, word)
@@ -215,7 +227,8 @@ class LexiconBeamSearch:
             floor = _kth_best(_group_max(sure, cands.plain_group), options.beam_size)
             state_bound = _group_max(bound, cands.word_group).gather(1, cands.word_group) + cands.word_spread
             asked &= state_bound >= floor - _ROUNDING_SLACK
-        history, lm = self._ask_lm(cands, asked)
+        history, context, lm = self.histories.extend(cands.word_history, cands.word_context, cands.word, asked,
+                                                     cands.word_group)
         word_score = torch.where(asked, cands.word_score + options.lm_weight * lm + options.word_bonus, _NEG_INF)
         best = torch.maximum(best_plain, word_score.max(1, keepdim=True).values)
         plain = torch.where(cands.plain_score >= best - threshold, cands.plain_score, _NEG_INF)
@@ -224,7 +237,7 @@ class LexiconBeamSearch:
         num_plain = plain.shape[1]
         merged = _merge(torch.cat([plain, word_score], 1),
                         torch.cat([cands.plain_group, cands.word_group + num_plain], 1))
-        return self._select(hyps, cands, history, merged, layout)
+        return self._select(hyps, cands, history, context, merged, layout)
 
     def _candidates(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout) -> _Frame:
         b, k = hyps.score.shape
@@ -266,7 +279,7 @@ class LexiconBeamSearch:
         word_group = (place[:, :, None] * n + layout.positions)[..., None] * layout.num_labels
         word_group = (word_group + torch.arange(layout.num_labels, device=frame.device)).view(b, -1)
         return _Frame(tokens, plain_score, plain_node, plain_token, plain_group, word_score, labels.view(b, -1),
-                      hyps.history[:, layout.word_parent], word_group,
+                      hyps.history[:, layout.word_parent], hyps.context[:, layout.word_parent], word_group,
                       sharing.double().log()[:, layout.word_parent])
 
     def _plain_groups(self, hyps: _Hyps, token_position: torch.Tensor,
@@ -287,27 +300,8 @@ class LexiconBeamSearch:
         inside = (place[:, :, None] * n + layout.positions).view(-1, k * n)
         return place, same_place.sum(2), torch.cat([inside, stay, k * n + k + place], 1)
 
-    def _ask_lm(self, cands: _Frame, asked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (the extended history ids, the words' log10 probabilities) [B, Mw] where ``asked``. The candidates
-        of a state share a (history, word) pair, so the first asked one of each state goes to the host (the
-        frame's one sync) and the rest read its answer."""
-        b, m = asked.shape
-        group = cands.word_group
-        slots = torch.arange(m, device=asked.device).expand(b, m)
-        first = torch.full_like(group, m).scatter_reduce(1, group, torch.where(asked, slots, m), "amin")
-        which = (asked & (first.gather(1, group) == slots)).view(-1).nonzero().squeeze(1)
-        num_words = len(self.histories.words)
-        pairs = (cands.word_history * num_words + cands.word).view(-1)[which].tolist()
-        ids, scores = self.histories.advance([divmod(pair, num_words) for pair in pairs])
-        # Answers land on their state's group id (row-major, as ``which`` indexes slots) and spread from there.
-        at = (which // m) * m + group.view(-1)[which]
-        history = torch.zeros(b * m, dtype=torch.long, device=asked.device)
-        history[at] = torch.tensor(ids, dtype=torch.long).to(asked.device)
-        lm = torch.zeros(b * m, dtype=torch.float64, device=asked.device)
-        lm[at] = torch.tensor(scores, dtype=torch.float64).to(asked.device)
-        return history.view(b, m).gather(1, group), lm.view(b, m).gather(1, group)
-
-    def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, merged: tuple[torch.Tensor, torch.Tensor],
+    def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, context: torch.Tensor,
+                merged: tuple[torch.Tensor, torch.Tensor],
                 layout: _Layout) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The best ``beam_size`` merged states of each row ((merged score, winner slot) per group [B, Mn + Mw],
         the word candidates' slots after the plain ones) -> what ``_step`` returns."""
@@ -326,9 +320,12 @@ class LexiconBeamSearch:
         node = torch.where(is_word | ~live, 0, cands.plain_node.gather(1, plain_slot))
         blank_last = ~is_word & (plain_slot >= num_plain - k)
         new_history = torch.where(is_word, history.gather(1, word_slot), hyps.history.gather(1, plain_parent))
+        width = context.shape[-1]
+        new_context = torch.where(is_word[..., None], context.gather(1, word_slot[..., None].expand(-1, -1, width)),
+                                  hyps.context.gather(1, plain_parent[..., None].expand(-1, -1, width)))
         emitted = torch.where(is_word | (plain_slot < num_plain - 2 * k), token, -1)
         word = torch.where(is_word, cands.word.gather(1, word_slot), -1)
-        new = _Hyps(score, new_history, node, token, blank_last)
+        new = _Hyps(score, new_history, node, token, blank_last, new_context)
         return new, torch.where(live, parent, 0), torch.where(live, emitted, -1), torch.where(live, word, -1)
 
     def _finish(self, hyps: _Hyps, parents: torch.Tensor, emitted: torch.Tensor,
@@ -337,10 +334,10 @@ class LexiconBeamSearch:
         between_words = live & (hyps.node == 0)
         ending = torch.where(between_words.any(1, keepdim=True), between_words, live).tolist()
         scores, histories, nodes = hyps.score.tolist(), hyps.history.tolist(), hyps.node.tolist()
-        parents, emitted, words = parents.cpu(), emitted.cpu(), words.cpu()
-        token_rows, word_rows, best_scores = [], [], []
+        sentence_ends = self.histories.finish(hyps.history, hyps.context).tolist()
+        token_rows, word_rows, best_scores, best_beams = [], [], [], []
         for row in range(len(scores)):
-            ends = {k: scores[row][k] + self.options.lm_weight * self.histories.finish(histories[row][k])
+            ends = {k: scores[row][k] + self.options.lm_weight * sentence_ends[row][k]
                     for k in range(len(scores[row])) if ending[row][k]}
             floor = max(ends.values()) - self.options.beam_threshold
             # Ending merges the hypotheses of one history and node (they differ only in their last token), as
@@ -356,25 +353,31 @@ class LexiconBeamSearch:
                 else:
                     ended[key] = (score, score, k)
             total, _, beam = max(ended.values())
-            tokens, row_words = self._trace(parents[:, row], emitted[:, row], words[:, row], beam)
-            token_rows.append(tokens)
-            word_rows.append(row_words)
             best_scores.append(total)
+            best_beams.append(beam)
+        path_tokens, path_words = _trace(parents.cpu().numpy(), emitted.cpu().numpy(), words.cpu().numpy(),
+                                         np.array(best_beams, dtype=np.int64))
+        for tokens, row_words in zip(path_tokens.T, path_words.T, strict=True):
+            # The tokens of a word left unfinished at the end (no hypothesis was between words) are dropped:
+            # only words count.
+            ended_at = np.flatnonzero(row_words >= 0)
+            spelled = tokens[: ended_at[-1] + 1] if len(ended_at) else tokens[:0]
+            token_rows.append(spelled[spelled >= 0].tolist())
+            word_rows.append(row_words[ended_at].tolist())
         return token_rows, word_rows, best_scores
 
-    @staticmethod
-    def _trace(parents: torch.Tensor, emitted: torch.Tensor, words: torch.Tensor,
-               beam: int) -> tuple[list[int], list[int]]:
-        """One row's back-pointers [T, K] from ``beam`` at the last frame -> (emitted tokens, words). The tokens
-        of a word left unfinished at the end (no hypothesis was between words) are dropped: only words count."""
-        tokens, row_words = [], []
-        for frame_index in reversed(range(parents.shape[0])):
-            if words[frame_index, beam] >= 0:
-                row_words.append(int(words[frame_index, beam]))
-            if emitted[frame_index, beam] >= 0 and row_words:
-                tokens.append(int(emitted[frame_index, beam]))
-            beam = int(parents[frame_index, beam])
-        return tokens[::-1], row_words[::-1]
+
+def _trace(parents: np.ndarray, emitted: np.ndarray, words: np.ndarray,
+           beams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Back-pointers [T, B, K] followed from ``beams`` [B] at the last frame, all rows at once -> the token and the
+    word (-1: none) each frame added to each row's path, [T, B] each."""
+    rows = np.arange(len(beams))
+    tokens, row_words = np.empty(emitted.shape[:2], np.int64), np.empty(words.shape[:2], np.int64)
+    for frame_index in reversed(range(parents.shape[0])):
+        tokens[frame_index] = emitted[frame_index, rows, beams]
+        row_words[frame_index] = words[frame_index, rows, beams]
+        beams = parents[frame_index, rows, beams]
+    return tokens, row_words
 
 
 def _log_add(a: float, b: float) -> float:
@@ -383,19 +386,42 @@ def _log_add(a: float, b: float) -> float:
 
 
 class WordResources:
-    """A lexicon and the language model, if any, loaded once; the lexicon's trie is compiled the first time a
-    search needs it for a vocabulary size and device."""
+    """A lexicon and the language model, if any, loaded once (an ARPA file as tables, a binary one through KenLM);
+    the lexicon's trie and the tables are moved to a device the first time a search there needs them."""
 
-    def __init__(self, lexicon: Lexicon, lm: NGramLM | None) -> None:
+    def __init__(self, lexicon: Lexicon, lm: ArpaTables | NGramLM | None) -> None:
         self.lexicon = lexicon
         self.lm = lm
         self._tries: dict[tuple[int, str], LexiconTrie] = {}
+        self._tables: dict[str, ArpaTables] = {}
 
     def trie(self, vocab_size: int, device: torch.device) -> LexiconTrie:
         key = (vocab_size, str(device))
         if key not in self._tries:
             self._tries[key] = LexiconTrie.build(self.lexicon, vocab_size, device)
         return self._tries[key]
+
+    def histories(self, device: torch.device) -> WordHistories:
+        """A search's own language-model side on ``device``."""
+        if isinstance(self.lm, NGramLM):
+            return HostHistories(self.lm, self.lexicon.words)
+        if self.lm is not None and str(device) not in self._tables:
+            self._tables[str(device)] = self.lm.to(device)
+        return DeviceHistories(self._tables.get(str(device)), self.lexicon.words, device)
+
+
+def load_lm(path: str | Path) -> ArpaTables | NGramLM:
+    """An ARPA file read into tables (the search scores on the device; KenLM is not needed), a binary one opened
+    with KenLM."""
+    path = Path(path)
+    if not path.is_file():
+        raise DecodingResourceError(f"language model file not found: {path}")
+    if not is_arpa(path):
+        return NGramLM(path)
+    try:
+        return ArpaTables.read(path)
+    except (ArpaError, ValueError, UnicodeError) as e:
+        raise DecodingResourceError(f"cannot read the language model {path}: {e}") from e
 
 
 class WordResourceCache:
@@ -409,11 +435,11 @@ class WordResourceCache:
     def get(self, lm_path: str | None, lexicon_path: str | None) -> WordResources:
         key = (lm_path, lexicon_path)
         if key not in self._loaded:
-            lm = NGramLM(lm_path) if lm_path is not None else None
+            lm = load_lm(lm_path) if lm_path is not None else None
             if lexicon_path is not None:
                 lexicon = Lexicon.from_file(lexicon_path, self.tokenizer)
-            elif lm is not None and lm.is_arpa:
-                lexicon = Lexicon.spelled(arpa_unigrams(lm.path), self.tokenizer)
+            elif isinstance(lm, ArpaTables):
+                lexicon = Lexicon.spelled(arpa_unigrams(lm_path), self.tokenizer)
             else:
                 raise DecodingResourceError(f"{lm_path} is a binary language model: give a lexicon (one word a line)")
             if not lexicon.words:
@@ -433,8 +459,7 @@ class CTCLexiconBeam(LaunchesEagerly):
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the best hypothesis' tokens per row."""
         log_probs = model.ctc_log_probs(encoder_output.hidden)
-        histories = LMHistories(self.resources.lm, self.resources.lexicon.words)
         trie = self.resources.trie(log_probs.shape[-1], log_probs.device)
-        search = LexiconBeamSearch(trie, histories, model.blank_id, self.options)
+        search = LexiconBeamSearch(trie, self.resources.histories(log_probs.device), model.blank_id, self.options)
         tokens, _, _ = search.run(log_probs, encoder_output.lengths)
         return tokens

@@ -1,5 +1,6 @@
 """Word-level decoding resources: the lexicon (each word's spelling in model tokens, compiled into a trie of device
-tensors) and the n-gram language model (KenLM, ARPA or binary) with its states numbered per search.
+tensors) and the n-gram language model opened through KenLM (a binary file; ``oasr.decode.arpa`` reads ARPA text
+into device tables instead).
 
 The lexicon limits the words a search can emit; the language model scores each word as it completes. Both are
 built once per (model, files) and shared, read-only, by every search that asks for them.
@@ -7,13 +8,14 @@ built once per (model, files) and shared, read-only, by every search that asks f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import torch
 
+from oasr.decode.arpa import is_arpa
 from oasr.errors import OASRError
 
 
@@ -143,51 +145,4 @@ class NGramLM:
 
     @property
     def is_arpa(self) -> bool:
-        with self.path.open("rb") as f:
-            return f.read(64).lstrip().startswith(b"\\data\\")
-
-
-class LMHistories:
-    """One search's language-model states: each distinct word history gets an id the device tensors carry, as
-    flashlight numbers a history's states (two hypotheses share a state only with the same words). Host side:
-    the search asks ``advance`` for the (history, word) pairs of the hypotheses that complete a word."""
-
-    def __init__(self, lm: NGramLM | None, words: Sequence[str]) -> None:
-        self.lm = lm
-        self.words = words
-        self._next: dict[tuple[int, int], tuple[int, float]] = {}
-        self._states: list[object] = []
-        if lm is not None:
-            import kenlm
-
-            start = kenlm.State()
-            lm.model.BeginSentenceWrite(start)
-            self._states.append(start)
-            self._kenlm_state = kenlm.State
-        self.num_states = 1  # id 0: the sentence start
-
-    def advance(self, pairs: list[tuple[int, int]]) -> tuple[list[int], list[float]]:
-        """(history id, word id) pairs -> (the extended histories' ids, the words' log10 probabilities)."""
-        ids, scores = [], []
-        for pair in pairs:
-            hit = self._next.get(pair)
-            if hit is None:
-                hit = self._next[pair] = (self.num_states, self._score(*pair))
-                self.num_states += 1
-            ids.append(hit[0])
-            scores.append(hit[1])
-        return ids, scores
-
-    def _score(self, history: int, word: int) -> float:
-        if self.lm is None:
-            return 0.0
-        out = self._kenlm_state()
-        score = self.lm.model.BaseScore(self._states[history], self.words[word], out)
-        self._states.append(out)
-        return score
-
-    def finish(self, history: int) -> float:
-        """The log10 probability of ending the sentence after ``history``."""
-        if self.lm is None:
-            return 0.0
-        return self.lm.model.BaseScore(self._states[history], "</s>", self._kenlm_state())
+        return is_arpa(self.path)
