@@ -16,6 +16,7 @@ import torch
 import oasr
 from oasr.cli import main
 from oasr.decode.ctc_lexicon_beam import LexiconBeamOptions, LexiconBeamSearch
+from oasr.decode.ctc_lexicon_graphs import LexiconFrameGraphs
 from oasr.decode.arpa import ArpaTables
 from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, arpa_unigrams
 from oasr.decode.word_histories import DeviceHistories, HostHistories, WordHistories
@@ -332,3 +333,51 @@ def test_lm_options_are_refused_where_no_search_can_use_them() -> None:
     with pytest.raises(UnsupportedOptionError, match="option lexicon "):
         check_options(whisper, DecodeOptions(beam_size=4, lexicon="w.txt", beam_size_token=8, beam_threshold=5.0),
                       "whisper")
+
+
+def random_lexicon_and_lm(tmp_path: Path, rng: random.Random, blank: int) -> tuple[Lexicon, Path]:
+    spellings: dict[tuple[int, ...], str] = {}
+    while len(spellings) < 40:
+        spellings.setdefault(tuple(rng.randrange(blank) for _ in range(rng.randint(1, 3))), f"w{len(spellings)}")
+    lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
+    arpa = write_bigram_arpa(tmp_path / "lm.arpa",
+                             [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
+    return lexicon, arpa
+
+
+def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
+    """One LexiconFrameGraphs object over searches of several batch sizes (sharing buckets, so its buffers are
+    reused and reset) and lengths (not multiples of its window): every result equals the eager frames'."""
+    rng = random.Random(1)
+    vocab, blank = 21, 20
+    lexicon, arpa = random_lexicon_and_lm(tmp_path, rng, blank)
+    graphs = LexiconFrameGraphs(frames_per_graph=4)
+    sides = {True: DeviceHistories(ArpaTables.read(arpa).to(device), lexicon.words, device),
+             False: DeviceHistories(None, lexicon.words, device)}
+    trie = LexiconTrie.build(lexicon, vocab, device)
+    words_seen = 0
+    for case, rows in enumerate([3, 5, 8, 2, 9, 3]):
+        frames = rng.randint(3, 23)
+        torch.manual_seed(case)
+        logits = torch.randn(rows, frames, vocab) * 3.0
+        lp = logits.log_softmax(-1).to(device)
+        lengths = torch.tensor([frames] + [rng.randint(1, frames) for _ in range(rows - 1)], device=device)
+        options = LexiconBeamOptions(rng.choice([2, 4]), 1.0, 0.5, beam_size_token=rng.choice([None, 4]))
+        with_lm = case % 2 == 0
+        search = LexiconBeamSearch(trie, sides[with_lm], blank, options)
+        eager = search.run(lp, lengths)
+        assert search.run(lp, lengths, graphs) == eager, (case, rows, frames)
+        words_seen += sum(map(len, eager[1]))
+    assert words_seen > 20, "no words: the comparison could not fail"
+    assert len(graphs._graphs) >= 3  # buckets of 8 and 16 rows, and both options and LM sides
+
+
+def test_frame_graphs_equal_the_eager_frames(tmp_path) -> None:
+    frame_graphs_equal_eager(torch.device("cpu"), tmp_path)
+
+
+@pytest.mark.gpu
+def test_frame_graphs_equal_the_eager_frames_on_cuda(tmp_path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    frame_graphs_equal_eager(torch.device("cuda"), tmp_path)

@@ -2,11 +2,12 @@
 (``oasr.decode.ctc_lexicon_beam``) against OASR's greedy decoding in the same run (issue 39's target: the beam
 costs under 2x greedy), and against pyctcdecode on the CPU over the same log-probs when it is importable.
 
-H200 (one command; prints one JSON line). kenlm is the ``lm`` extra: where the machine lacks it, carry its build
-(kenlm 0.3.0 for the machine's Python; ``wheels/kenlm/`` here holds this checkout's CPython 3.11 build, the one
-self-contained module ``kenlm.cpython-311-x86_64-linux-gnu.so``, 8 MB) and put its folder on PYTHONPATH. It runs
-greedy and beam once to warm up, ``--rounds`` times each timed, and a beam of 1 once; ``--rounds 1`` if the
-10-minute limit is near::
+H200 (one command; prints one JSON line). OASR reads the ARPA file into device tables itself; kenlm (the ``lm``
+extra) is needed only by pyctcdecode, below: where the machine lacks it, carry its build (kenlm 0.3.0 for the
+machine's Python; ``wheels/kenlm/`` here holds this checkout's CPython 3.11 build, the one self-contained module
+``kenlm.cpython-311-x86_64-linux-gnu.so``, 8 MB) and put its folder on PYTHONPATH. It runs greedy and beam once
+to warm up, ``--rounds`` times each timed, and a beam of 1 once; ``--rounds 1`` if the 10-minute limit is near.
+``--no-cuda-graphs`` runs the beam's frames (and the other decode steps) eagerly::
 
     PYTHONPATH=$PWD:$PWD/wheels/kenlm python -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b \
         --num-utterances 1024 --device cuda
@@ -202,6 +203,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-words", type=int, default=5000, help="lexicon (= LM unigram) size")
     parser.add_argument("--num-sentences", type=int, default=20000, help="sentences the 3-gram LM is counted from")
     parser.add_argument("--max-encode-rows", type=int, default=64)
+    parser.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
+                        help="replay decode steps (the word beam's frames among them) as CUDA graphs")
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     parser.add_argument("--pyctcdecode-clips", type=int, default=256)
     parser.add_argument("--cpu-workers", type=int, default=os.cpu_count() or 1)
@@ -209,7 +212,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from oasr.engine.config import EngineConfig, SchedulerConfig
+    from oasr.engine.config import EngineConfig, RunnerConfig, SchedulerConfig
     from oasr.engine.engine import ASREngine
     from oasr.models.loader import from_pretrained, pick_device, pick_dtype
     from oasr.types import DecodeOptions
@@ -229,7 +232,8 @@ def main(argv: list[str] | None = None) -> dict:
                         engine_factory=lambda: ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
                             max_num_seqs=256, max_encode_rows=args.max_encode_rows,
                             # 20 s of audio is 2001 feature frames: the cap never splits a batch of max rows.
-                            max_encoder_frames=args.max_encode_rows * 2001))),
+                            max_encoder_frames=args.max_encode_rows * 2001),
+                            runner=RunnerConfig(cuda_graphs=args.cuda_graphs))),
                         options=DecodeOptions)
     result = {"arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
               "audio_seconds": round(audio_s, 1), **result}
@@ -278,6 +282,7 @@ def _bench(args, loaded, audio, arpa: Path, tokenizer_file: Path, *, engine_fact
     beam_words = [loaded.tokenizer.decode(o.token_ids).split() for o in beam_out]
     return {
         "beam_size": args.beam_size, "beam_size_token": args.beam_size_token, "beam_threshold": args.beam_threshold,
+        "max_encode_rows": args.max_encode_rows, "cuda_graphs": args.cuda_graphs,
         "lm": {"order": 3, "words": len(lexicon), "bytes": arpa.stat().st_size},
         "greedy": {"seconds": round(greedy_s, 3), "audio_seconds_per_second": round(audio_s / greedy_s, 1),
                    "rounds": [round(t, 3) for t in greedy_times]},

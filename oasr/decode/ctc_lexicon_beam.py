@@ -41,6 +41,7 @@ import torch
 from oasr.decode.base import EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel
 from oasr.decode.arpa import ArpaError, ArpaTables, is_arpa
+from oasr.decode.ctc_lexicon_graphs import LexiconFrameGraphs
 from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, Spelling, arpa_unigrams
 from oasr.decode.pending import LaunchesEagerly
 from oasr.decode.word_histories import DeviceHistories, HostHistories, WordHistories
@@ -181,30 +182,46 @@ class LexiconBeamSearch:
         # every word candidate is asked.
         self._bounded = histories.syncs and options.lm_weight >= 0
 
-    def run(self, log_probs: torch.Tensor,
-            lengths: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[float]]:
-        """log_probs: [B, T, V]; lengths: [B] -> per row (emitted token ids, word ids, score) of the best."""
+    def run(self, log_probs: torch.Tensor, lengths: torch.Tensor,
+            graphs: LexiconFrameGraphs | None = None) -> tuple[list[list[int]], list[list[int]], list[float]]:
+        """log_probs: [B, T, V]; lengths: [B] -> per row (emitted token ids, word ids, score) of the best. With
+        ``graphs`` and a language model that never makes a frame wait for the host, the frames run as captured
+        graphs (on CUDA)."""
+        if graphs is not None and not self.histories.syncs:
+            return self._finish(*graphs.run(self, log_probs, lengths))
         b, t, v = log_probs.shape
         k = self.options.beam_size
         device = log_probs.device
-        num_tokens = v if self.options.beam_size_token is None else min(self.options.beam_size_token, v)
-        layout = _Layout.of(k, num_tokens, self.trie.labels.shape[1], device)
+        layout = self.layout(v, device)
         lengths = lengths.to(device)
-        hyps = _Hyps.start(b, k, self.blank_id, self.histories, device)
-        keep = torch.arange(k, device=device).expand(b, k)
+        hyps = self.start(b, device)
         parents = torch.zeros(t, b, k, dtype=torch.long, device=device)
         emitted = torch.full((t, b, k), -1, dtype=torch.long, device=device)
         words = torch.full_like(emitted, -1)
         for frame_index in range(t):
-            active = frame_index < lengths
-            new, parent, token, word = self._step(hyps, log_probs[:, frame_index].double(), layout, active)
-            done = ~active[:, None]
-            hyps = _Hyps(*(torch.where(done.view(b, 1, *([1] * (getattr(new, f).dim() - 2))), getattr(hyps, f),
-                                       getattr(new, f)) for f in _Hyps.__dataclass_fields__))
-            parents[frame_index] = torch.where(done, keep, parent)
-            emitted[frame_index] = torch.where(done, -1, token)
-            words[frame_index] = torch.where(done, -1, word)
+            hyps, parents[frame_index], emitted[frame_index], words[frame_index] = self.advance(
+                hyps, log_probs[:, frame_index].double(), layout, frame_index < lengths)
         return self._finish(hyps, parents, emitted, words)
+
+    def layout(self, vocab_size: int, device: torch.device) -> _Layout:
+        num_tokens = vocab_size if self.options.beam_size_token is None else min(self.options.beam_size_token,
+                                                                                  vocab_size)
+        return _Layout.of(self.options.beam_size, num_tokens, self.trie.labels.shape[1], device)
+
+    def start(self, batch: int, device: torch.device) -> _Hyps:
+        return _Hyps.start(batch, self.options.beam_size, self.blank_id, self.histories, device)
+
+    def advance(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout,
+                active: torch.Tensor) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One frame: frame [B, V] float64, active [B] (rows past their length keep their hypotheses) -> (the
+        hypotheses after it, then per [B, K]: parent beam, emitted token, emitted word; -1: none)."""
+        b, k = hyps.score.shape
+        new, parent, token, word = self._step(hyps, frame, layout, active)
+        done = ~active[:, None]
+        kept = _Hyps(*(torch.where(done.view(b, 1, *([1] * (getattr(new, f).dim() - 2))), getattr(hyps, f),
+                                   getattr(new, f)) for f in _Hyps.__dataclass_fields__))
+        keep = torch.arange(k, device=frame.device).expand(b, k)
+        return kept, torch.where(done, keep, parent), torch.where(done, -1, token), torch.where(done, -1, word)
 
     def _step(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout,
               active: torch.Tensor) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -330,6 +347,7 @@ class LexiconBeamSearch:
 
     def _finish(self, hyps: _Hyps, parents: torch.Tensor, emitted: torch.Tensor,
                 words: torch.Tensor) -> tuple[list[list[int]], list[list[int]], list[float]]:
+        """hyps after the last frame [B, K] and the back-pointers [T, B, K] -> what ``run`` returns."""
         live = hyps.score > _NEG_INF
         between_words = live & (hyps.node == 0)
         ending = torch.where(between_words.any(1, keepdim=True), between_words, live).tolist()
@@ -389,11 +407,13 @@ class WordResources:
     """A lexicon and the language model, if any, loaded once (an ARPA file as tables, a binary one through KenLM);
     the lexicon's trie and the tables are moved to a device the first time a search there needs them."""
 
-    def __init__(self, lexicon: Lexicon, lm: ArpaTables | NGramLM | None) -> None:
+    def __init__(self, lexicon: Lexicon, lm: ArpaTables | NGramLM | None, *, cuda_graphs: bool = True) -> None:
         self.lexicon = lexicon
         self.lm = lm
         self._tries: dict[tuple[int, str], LexiconTrie] = {}
-        self._tables: dict[str, ArpaTables] = {}
+        self._histories: dict[str, DeviceHistories] = {}
+        # Searches on CUDA replay their frames as graphs, which hold this resource's tries and tables.
+        self.frame_graphs = LexiconFrameGraphs() if cuda_graphs else None
 
     def trie(self, vocab_size: int, device: torch.device) -> LexiconTrie:
         key = (vocab_size, str(device))
@@ -405,9 +425,10 @@ class WordResources:
         """A search's own language-model side on ``device``."""
         if isinstance(self.lm, NGramLM):
             return HostHistories(self.lm, self.lexicon.words)
-        if self.lm is not None and str(device) not in self._tables:
-            self._tables[str(device)] = self.lm.to(device)
-        return DeviceHistories(self._tables.get(str(device)), self.lexicon.words, device)
+        if str(device) not in self._histories:  # stateless: one per device, which captured graphs may hold
+            tables = self.lm.to(device) if self.lm is not None else None
+            self._histories[str(device)] = DeviceHistories(tables, self.lexicon.words, device)
+        return self._histories[str(device)]
 
 
 def load_lm(path: str | Path) -> ArpaTables | NGramLM:
@@ -428,8 +449,9 @@ class WordResourceCache:
     """The lexicons and language models one runner has loaded, by (lm, lexicon) path: loading a large LM takes
     seconds, so every request naming the same files shares one copy."""
 
-    def __init__(self, tokenizer: Spelling) -> None:
+    def __init__(self, tokenizer: Spelling, *, cuda_graphs: bool = True) -> None:
         self.tokenizer = tokenizer
+        self.cuda_graphs = cuda_graphs
         self._loaded: dict[tuple[str | None, str | None], WordResources] = {}
 
     def get(self, lm_path: str | None, lexicon_path: str | None) -> WordResources:
@@ -444,7 +466,7 @@ class WordResourceCache:
                 raise DecodingResourceError(f"{lm_path} is a binary language model: give a lexicon (one word a line)")
             if not lexicon.words:
                 raise DecodingResourceError("the lexicon holds no word the model's tokenizer can spell")
-            self._loaded[key] = WordResources(lexicon, lm)
+            self._loaded[key] = WordResources(lexicon, lm, cuda_graphs=self.cuda_graphs)
         return self._loaded[key]
 
 
@@ -461,5 +483,6 @@ class CTCLexiconBeam(LaunchesEagerly):
         log_probs = model.ctc_log_probs(encoder_output.hidden)
         trie = self.resources.trie(log_probs.shape[-1], log_probs.device)
         search = LexiconBeamSearch(trie, self.resources.histories(log_probs.device), model.blank_id, self.options)
-        tokens, _, _ = search.run(log_probs, encoder_output.lengths)
+        graphs = self.resources.frame_graphs if log_probs.is_cuda else None
+        tokens, _, _ = search.run(log_probs, encoder_output.lengths, graphs)
         return tokens
