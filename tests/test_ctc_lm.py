@@ -193,18 +193,25 @@ def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, lo
     assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
 
 
-def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> None:
-    """Seeded random log-probs, lexicon (distinct spellings of 1-3 tokens) and bigram LM, over random beams,
-    weights (a negative LM weight too) and pruning knobs. Not with both weights 0: a word's completion then ties
-    with spelling on, and flashlight itself breaks such ties differently from run to run."""
-    rng = random.Random(0)
-    vocab, blank = 21, 20
+def random_lexicon_and_lm(tmp_path: Path, rng: random.Random, blank: int) -> tuple[Lexicon, Path]:
+    """40 distinct spellings of 1-3 tokens below ``blank`` as words w0..w39, and a bigram LM counted over random
+    sentences of them."""
     spellings: dict[tuple[int, ...], str] = {}
     while len(spellings) < 40:
         spellings.setdefault(tuple(rng.randrange(blank) for _ in range(rng.randint(1, 3))), f"w{len(spellings)}")
     lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
     arpa = write_bigram_arpa(tmp_path / "lm.arpa",
                              [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
+    return lexicon, arpa
+
+
+def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> None:
+    """Seeded random log-probs, lexicon (distinct spellings of 1-3 tokens) and bigram LM, over random beams,
+    weights (a negative LM weight too) and pruning knobs. Not with both weights 0: a word's completion then ties
+    with spelling on, and flashlight itself breaks such ties differently from run to run."""
+    rng = random.Random(0)
+    vocab, blank = 21, 20
+    lexicon, arpa = random_lexicon_and_lm(tmp_path, rng, blank)
     pruned_cases = 0
     for case in range(30):
         frames = rng.randint(5, 30)
@@ -335,41 +342,34 @@ def test_lm_options_are_refused_where_no_search_can_use_them() -> None:
                       "whisper")
 
 
-def random_lexicon_and_lm(tmp_path: Path, rng: random.Random, blank: int) -> tuple[Lexicon, Path]:
-    spellings: dict[tuple[int, ...], str] = {}
-    while len(spellings) < 40:
-        spellings.setdefault(tuple(rng.randrange(blank) for _ in range(rng.randint(1, 3))), f"w{len(spellings)}")
-    lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
-    arpa = write_bigram_arpa(tmp_path / "lm.arpa",
-                             [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
-    return lexicon, arpa
-
-
 def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
     """One LexiconFrameGraphs object over searches of several batch sizes (sharing buckets, so its buffers are
     reused and reset) and lengths (not multiples of its window): every result equals the eager frames'."""
     rng = random.Random(1)
     vocab, blank = 21, 20
     lexicon, arpa = random_lexicon_and_lm(tmp_path, rng, blank)
-    graphs = LexiconFrameGraphs(frames_per_graph=4)
+    graphs = LexiconFrameGraphs(frames_per_graph=4, max_graphs=3)
     sides = {True: DeviceHistories(ArpaTables.read(arpa).to(device), lexicon.words, device),
              False: DeviceHistories(None, lexicon.words, device)}
     trie = LexiconTrie.build(lexicon, vocab, device)
     words_seen = 0
-    for case, rows in enumerate([3, 5, 8, 2, 9, 3]):
+    # (rows, beam, token beam, with the LM): cases 0 and 1 differ only in the LM side, 3 reuses 2's graph, 4 needs
+    # a bucket of 16 rows; five graphs in all, over a cap of three.
+    cases = [(3, 2, None, True), (5, 2, None, False), (8, 4, 4, True), (2, 4, 4, True), (9, 2, None, True),
+             (3, 4, None, False)]
+    for case, (rows, beam, token_beam, with_lm) in enumerate(cases):
         frames = rng.randint(3, 23)
         torch.manual_seed(case)
         logits = torch.randn(rows, frames, vocab) * 3.0
         lp = logits.log_softmax(-1).to(device)
         lengths = torch.tensor([frames] + [rng.randint(1, frames) for _ in range(rows - 1)], device=device)
-        options = LexiconBeamOptions(rng.choice([2, 4]), 1.0, 0.5, beam_size_token=rng.choice([None, 4]))
-        with_lm = case % 2 == 0
+        options = LexiconBeamOptions(beam, 1.0, 0.5, beam_size_token=token_beam)
         search = LexiconBeamSearch(trie, sides[with_lm], blank, options)
         eager = search.run(lp, lengths)
         assert search.run(lp, lengths, graphs) == eager, (case, rows, frames)
         words_seen += sum(map(len, eager[1]))
     assert words_seen > 20, "no words: the comparison could not fail"
-    assert len(graphs._graphs) >= 3  # buckets of 8 and 16 rows, and both options and LM sides
+    assert len(graphs._graphs) == 3  # more keys than that were met (rows buckets, options): the oldest went
 
 
 def test_frame_graphs_equal_the_eager_frames(tmp_path) -> None:

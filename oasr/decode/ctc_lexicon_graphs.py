@@ -8,7 +8,9 @@ frame it is on, so rows past their length (and padding rows, of length 0) keep t
 loop, whose result this equals. Off CUDA the same buffers and windows run eagerly (what the CPU tests check).
 
 One graph per (rows bucket, vocabulary, options), kept by the word resources the search belongs to: the graph
-holds the addresses of their trie and language-model tables.
+holds the addresses of their trie and language-model tables. Options are baked into a graph (a request's weights
+are constants of its frames), so the ``max_graphs`` most recently captured are kept and older ones dropped: a
+stream of requests each with its own weights costs captures, not memory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 import torch
 
 DEFAULT_FRAMES_PER_GRAPH = 8
+DEFAULT_MAX_GRAPHS = 32
 
 
 class FrameSearch(Protocol):
@@ -28,6 +31,8 @@ class FrameSearch(Protocol):
 
     options: Hashable  # with .beam_size
     blank_id: int
+    trie: object
+    histories: object
 
     def layout(self, vocab_size: int, device: torch.device) -> Any: ...
 
@@ -56,8 +61,9 @@ class _Captured:
 
 
 class LexiconFrameGraphs:
-    def __init__(self, frames_per_graph: int = DEFAULT_FRAMES_PER_GRAPH) -> None:
+    def __init__(self, frames_per_graph: int = DEFAULT_FRAMES_PER_GRAPH, max_graphs: int = DEFAULT_MAX_GRAPHS) -> None:
         self.frames_per_graph = frames_per_graph
+        self.max_graphs = max_graphs
         self._graphs: dict[tuple, _Captured] = {}
         self._pool: Any = None
 
@@ -66,9 +72,13 @@ class LexiconFrameGraphs:
         """log_probs [B, T, V] on CUDA -> (hypotheses after the last frame [B, K], back-pointers: parent beam,
         emitted token, emitted word [T, B, K]), as the eager frames give them."""
         b, t, v = log_probs.shape
-        key = (_bucket(b), v, log_probs.dtype, str(log_probs.device), search.options, search.blank_id)
+        # The trie and LM side by identity: a graph reads their tensors, and holds them (so the ids stay theirs).
+        key = (_bucket(b), v, log_probs.dtype, str(log_probs.device), search.options, search.blank_id,
+               id(search.trie), id(search.histories))
         captured = self._graphs.get(key)
         if captured is None:
+            while len(self._graphs) >= self.max_graphs:
+                del self._graphs[next(iter(self._graphs))]  # the oldest capture
             captured = self._graphs[key] = self._capture(search, key[0], log_probs)
         for field in dataclasses.fields(captured.hyps):
             getattr(captured.hyps, field.name).copy_(getattr(captured.start, field.name))
