@@ -16,11 +16,14 @@ tokenizer=${OASR_MULTILINGUAL_TOKENIZER:+--tokenizer $OASR_MULTILINGUAL_TOKENIZE
 declare -A RUNS=(
   [longspeech_v3]="python3 -m oasr.bench.longspeech --arch whisper-large-v3 $tokenizer --device cuda --dtype float16"
   [longspeech_turbo]="python3 -m oasr.bench.longspeech --arch whisper-large-v3-turbo $tokenizer --device cuda --dtype float16"
-  [ctc_lm]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --device cuda"
+  [ctc_lm]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --pyctcdecode-clips 128 --device cuda"
+  [ctc_lm_rows256]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --max-encode-rows 256 --pyctcdecode-clips 16 --device cuda"
+  [ctc_lm_eager]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --no-cuda-graphs --pyctcdecode-clips 16 --device cuda"
   [ctc_lm_pruned]="python3 -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --rounds 1 --beam-size-token 16 --beam-threshold 10 --device cuda"
   [diarization]="python3 -m oasr.bench.diarization_cost --device cuda"
   [diarization_profile]="python3 scripts/profile_diarization.py --device cuda --files 200"
   [nemotron_stream]="python3 -m oasr.cli bench stream --arch nemotron-streaming-0.6b --chunk-ms 160 --streams 1 64 512 1024 --flat-out 1024 --seconds 8 --profile 1 --device cuda"
+  [nemotron_stream_profile]="python3 -m oasr.cli bench stream --arch nemotron-streaming-0.6b --chunk-ms 160 --streams 1024 --seconds 3 --flat-out 1024 --peer none --profile 1024 --device cuda"
   [paraformer_stream]="python3 -m oasr.cli bench stream --arch paraformer-zh-streaming --chunk-ms 600 --streams 1 64 256 --flat-out 256 --seconds 10 --device cuda"
   [grpc_streams]="python3 -m oasr.bench.grpc_streams --arch nemotron-streaming-0.6b --streams 256 --chunk-ms 160 --seconds 8 --device cuda"
   [funasr_paraformer]="python3 -m oasr.bench.funasr --arch paraformer-large --num-utterances 1024 --max-encode-rows 32 64 128 --device cuda"
@@ -29,7 +32,8 @@ declare -A RUNS=(
   [realtime_bulk]="python3 -m oasr.cli bench realtime --model tiny.en --sessions 64 --synthetic-seconds 8 --bulk-uploads 16 --device cuda"
   [voxtral]="python3 -m oasr.bench.voxtral --arch voxtral-mini-3b --num-utterances 1024 --output-tokens 32 --device cuda"
 )
-ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_pruned diarization diarization_profile nemotron_stream paraformer_stream grpc_streams
+ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_rows256 ctc_lm_eager ctc_lm_pruned diarization diarization_profile nemotron_stream
+       nemotron_stream_profile paraformer_stream grpc_streams
        funasr_paraformer funasr_sensevoice realtime_alone realtime_bulk voxtral"
 for name in ${ONLY:-$ORDER}; do
   command=${RUNS[$name]:?unknown run $name; known: $ORDER}
