@@ -353,20 +353,24 @@ def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
              False: DeviceHistories(None, lexicon.words, device)}
     trie = LexiconTrie.build(lexicon, vocab, device)
     words_seen = 0
-    # (rows, beam, token beam, with the LM): cases 0 and 1 differ only in the LM side, 3 reuses 2's graph, 4 needs
-    # a bucket of 16 rows; five graphs in all, over a cap of three.
-    cases = [(3, 2, None, True), (5, 2, None, False), (8, 4, 4, True), (2, 4, 4, True), (9, 2, None, True),
-             (3, 4, None, False)]
-    for case, (rows, beam, token_beam, with_lm) in enumerate(cases):
+    # (rows, beam, token beam, with the LM, LM weight, word bonus, threshold): cases 0 and 1 differ only in the LM
+    # side, 3 reuses 2's graph with other weights, 4 needs a bucket of 16 rows; five graphs in all, over a cap of
+    # three.
+    cases = [(3, 2, None, True, 1.0, 0.5, 50.0), (5, 2, None, False, 1.0, 0.5, 50.0), (8, 4, 4, True, 1.0, 0.5, 50.0),
+             (2, 4, 4, True, 3.0, -1.0, 4.0), (9, 2, None, True, 1.0, 0.5, 50.0), (3, 4, None, False, 0.5, 1.5, 8.0)]
+    for case, (rows, beam, token_beam, with_lm, lm_weight, word_bonus, threshold) in enumerate(cases):
         frames = rng.randint(3, 23)
         torch.manual_seed(case)
         logits = torch.randn(rows, frames, vocab) * 3.0
         lp = logits.log_softmax(-1).to(device)
         lengths = torch.tensor([frames] + [rng.randint(1, frames) for _ in range(rows - 1)], device=device)
-        options = LexiconBeamOptions(beam, 1.0, 0.5, beam_size_token=token_beam)
+        options = LexiconBeamOptions(beam, lm_weight, word_bonus, beam_size_token=token_beam, beam_threshold=threshold)
         search = LexiconBeamSearch(trie, sides[with_lm], blank, options)
         eager = search.run(lp, lengths)
         assert search.run(lp, lengths, graphs) == eager, (case, rows, frames)
+        if case == 3:  # the graph case 2 captured, read with case 3's weights: they change this result
+            case_2 = LexiconBeamOptions(4, 1.0, 0.5, beam_size_token=4)
+            assert LexiconBeamSearch(trie, sides[with_lm], blank, case_2).run(lp, lengths) != eager
         words_seen += sum(map(len, eager[1]))
     assert words_seen > 20, "no words: the comparison could not fail"
     assert len(graphs._graphs) == 3  # more keys than that were met (rows buckets, options): the oldest went

@@ -168,6 +168,24 @@ class _Frame:
     word_spread: torch.Tensor
 
 
+@dataclass(frozen=True)
+class _Weights:
+    """The options that are numbers in a frame's arithmetic, as float64 scalars on the search's device: a frame
+    captured as a graph reads them from here, so one graph serves every value (``LexiconFrameGraphs`` copies a
+    search's weights in before its frames replay)."""
+
+    lm_weight: torch.Tensor
+    word_bonus: torch.Tensor
+    beam_threshold: torch.Tensor
+
+    @classmethod
+    def of(cls, options: LexiconBeamOptions, device: torch.device) -> _Weights:
+        def scalar(value: float) -> torch.Tensor:
+            return torch.tensor(value, dtype=torch.float64, device=device)
+
+        return cls(scalar(options.lm_weight), scalar(options.word_bonus), scalar(options.beam_threshold))
+
+
 class LexiconBeamSearch:
     """One batched search. ``trie`` and the log-probs share a device; ``histories`` is this search's own."""
 
@@ -177,6 +195,9 @@ class LexiconBeamSearch:
         self.histories = histories
         self.blank_id = blank_id
         self.options = options
+        self.weights = _Weights.of(options, trie.child.device)
+        # The options that shape a frame's tensors (the rest are ``weights``): what a captured frame depends on.
+        self.graph_key = (options.beam_size, options.beam_size_token)
         # Candidates that cannot matter are left unasked where asking costs a sync. A word's score after the LM is
         # bounded by its score before plus word_bonus only while the LM can only lower it; with a negative weight
         # every word candidate is asked.
@@ -227,13 +248,13 @@ class LexiconBeamSearch:
               active: torch.Tensor) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
         """frame: [B, V] float64; active: [B] -> (the next hypotheses, then per [B, K]: parent beam, emitted
         token, emitted word; -1: none)."""
-        options = self.options
-        threshold = options.beam_threshold
+        options, weights = self.options, self.weights
+        threshold = weights.beam_threshold
         cands = self._candidates(hyps, frame, layout)
         best_plain = cands.plain_score.max(1, keepdim=True).values
         asked = (cands.word_score > _NEG_INF) & active[:, None]
         if self._bounded:
-            bound = cands.word_score + options.word_bonus
+            bound = cands.word_score + weights.word_bonus
             asked &= bound >= best_plain - threshold
             bound = torch.where(asked, bound, _NEG_INF)
             # The frame's best lies between best_plain and best_bound: a candidate without a word at or above
@@ -246,7 +267,7 @@ class LexiconBeamSearch:
             asked &= state_bound >= floor - _ROUNDING_SLACK
         history, context, lm = self.histories.extend(cands.word_history, cands.word_context, cands.word, asked,
                                                      cands.word_group)
-        word_score = torch.where(asked, cands.word_score + options.lm_weight * lm + options.word_bonus, _NEG_INF)
+        word_score = torch.where(asked, cands.word_score + weights.lm_weight * lm + weights.word_bonus, _NEG_INF)
         best = torch.maximum(best_plain, word_score.max(1, keepdim=True).values)
         plain = torch.where(cands.plain_score >= best - threshold, cands.plain_score, _NEG_INF)
         word_score = torch.where(word_score >= best - threshold, word_score, _NEG_INF)

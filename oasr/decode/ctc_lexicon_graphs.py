@@ -7,10 +7,10 @@ back-pointers out, five launches where eager frames take over a thousand. A devi
 frame it is on, so rows past their length (and padding rows, of length 0) keep their hypotheses, as in the eager
 loop, whose result this equals. Off CUDA the same buffers and windows run eagerly (what the CPU tests check).
 
-One graph per (rows bucket, vocabulary, options), kept by the word resources the search belongs to: the graph
-holds the addresses of their trie and language-model tables. Options are baked into a graph (a request's weights
-are constants of its frames), so the ``max_graphs`` most recently captured are kept and older ones dropped: a
-stream of requests each with its own weights costs captures, not memory.
+One graph per (rows bucket, vocabulary, the options that shape the frame's tensors: beam and token beam), kept by
+the word resources the search belongs to: the graph holds the addresses of their trie and language-model tables.
+The weights (LM weight, word bonus, threshold) are device scalars the graph reads, copied in from each search, so
+requests with their own weights share a graph. At most ``max_graphs`` are kept, the oldest dropped first.
 """
 
 from __future__ import annotations
@@ -27,9 +27,12 @@ DEFAULT_MAX_GRAPHS = 32
 
 
 class FrameSearch(Protocol):
-    """What the graphs need of a search (``LexiconBeamSearch``): its state is a dataclass of [B, K, ...] tensors."""
+    """What the graphs need of a search (``LexiconBeamSearch``): its state is a dataclass of [B, K, ...] tensors,
+    its ``weights`` a dataclass of the device scalars its frames read."""
 
-    options: Hashable  # with .beam_size
+    options: Any  # with .beam_size
+    graph_key: Hashable  # the options a captured frame depends on
+    weights: Any
     blank_id: int
     trie: object
     histories: object
@@ -73,13 +76,15 @@ class LexiconFrameGraphs:
         emitted token, emitted word [T, B, K]), as the eager frames give them."""
         b, t, v = log_probs.shape
         # The trie and LM side by identity: a graph reads their tensors, and holds them (so the ids stay theirs).
-        key = (_bucket(b), v, log_probs.dtype, str(log_probs.device), search.options, search.blank_id,
+        key = (_bucket(b), v, log_probs.dtype, str(log_probs.device), search.graph_key, search.blank_id,
                id(search.trie), id(search.histories))
         captured = self._graphs.get(key)
         if captured is None:
             while len(self._graphs) >= self.max_graphs:
                 del self._graphs[next(iter(self._graphs))]  # the oldest capture
             captured = self._graphs[key] = self._capture(search, key[0], log_probs)
+        for field in dataclasses.fields(search.weights):  # this search's weights, where the graph reads them
+            getattr(captured.search.weights, field.name).copy_(getattr(search.weights, field.name))
         for field in dataclasses.fields(captured.hyps):
             getattr(captured.hyps, field.name).copy_(getattr(captured.start, field.name))
         captured.lengths.zero_()
