@@ -41,6 +41,7 @@ import torch
 from oasr.decode.base import EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel
 from oasr.decode.arpa import ArpaError, ArpaTables, is_arpa
+from oasr.decode.back_pointers import follow_back_pointers
 from oasr.decode.ctc_lexicon_graphs import LexiconFrameGraphs
 from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, Spelling, arpa_unigrams
 from oasr.decode.pending import LaunchesEagerly
@@ -394,9 +395,9 @@ class LexiconBeamSearch:
             total, _, beam = max(ended.values())
             best_scores.append(total)
             best_beams.append(beam)
-        path_tokens, path_words = _trace(parents.cpu().numpy(), emitted.cpu().numpy(), words.cpu().numpy(),
-                                         np.array(best_beams, dtype=np.int64))
-        for tokens, row_words in zip(path_tokens.T, path_words.T, strict=True):
+        best = torch.tensor(best_beams, dtype=torch.long, device=parents.device)
+        path_tokens, path_words = (path.T.cpu().numpy() for path in follow_back_pointers(parents, best, emitted, words))
+        for tokens, row_words in zip(path_tokens, path_words, strict=True):
             # The tokens of a word left unfinished at the end (no hypothesis was between words) are dropped:
             # only words count.
             ended_at = np.flatnonzero(row_words >= 0)
@@ -404,19 +405,6 @@ class LexiconBeamSearch:
             token_rows.append(spelled[spelled >= 0].tolist())
             word_rows.append(row_words[ended_at].tolist())
         return token_rows, word_rows, best_scores
-
-
-def _trace(parents: np.ndarray, emitted: np.ndarray, words: np.ndarray,
-           beams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Back-pointers [T, B, K] followed from ``beams`` [B] at the last frame, all rows at once -> the token and the
-    word (-1: none) each frame added to each row's path, [T, B] each."""
-    rows = np.arange(len(beams))
-    tokens, row_words = np.empty(emitted.shape[:2], np.int64), np.empty(words.shape[:2], np.int64)
-    for frame_index in reversed(range(parents.shape[0])):
-        tokens[frame_index] = emitted[frame_index, rows, beams]
-        row_words[frame_index] = words[frame_index, rows, beams]
-        beams = parents[frame_index, rows, beams]
-    return tokens, row_words
 
 
 def _log_add(a: float, b: float) -> float:

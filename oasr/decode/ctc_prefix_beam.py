@@ -19,6 +19,7 @@ from typing import ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.back_pointers import follow_back_pointers
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
 from oasr.decode.ctc_lexicon_beam import DEFAULT_BEAM_THRESHOLD, CTCLexiconBeam, LexiconBeamOptions, WordResources
@@ -193,19 +194,13 @@ def prefix_beam_search(
     a lower bound of it otherwise. With ``context`` (hotwords) the best is the one whose score plus the boost of
     its completed phrases is highest; the score returned is still the acoustic one.
     """
-    b, t, _ = log_probs.shape
-    device = log_probs.device
     beams, parents, labels = run_prefix_beams(log_probs, lengths, blank_id, beam_size, context)
     rank = beams.total
     if context is not None:  # an unfinished phrase gives its boost back
         rank = rank + beams.context_score - context.pending[beams.context_state]
     beam = rank.argmax(dim=1)
     scores = beams.total.gather(1, beam[:, None]).squeeze(1)
-    rows = torch.arange(b, device=device)
-    path = torch.empty(t, b, dtype=torch.long, device=device)
-    for frame_index in reversed(range(t)):
-        path[frame_index] = labels[frame_index, rows, beam]
-        beam = parents[frame_index, rows, beam]
+    (path,) = follow_back_pointers(parents, beam, labels)
     path = path.T.cpu()  # the one host sync
     return [row[row >= 0].tolist() for row in path], scores
 

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.back_pointers import follow_back_pointers
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.hotwords import ContextGraph, ContextGraphCache
 from oasr.decode.pending import LaunchesEagerly
@@ -140,16 +141,8 @@ def _trace(parents: list[torch.Tensor], tokens: list[torch.Tensor], best: torch.
     """Back-pointers per step ([B, K] each) from each row's ``best`` beam -> the token ids per row."""
     if not parents:
         return [[] for _ in range(best.shape[0])]
-    parent_steps, token_steps = torch.stack(parents).cpu(), torch.stack(tokens).cpu()  # the one read-back
-    rows = []
-    for row, beam in enumerate(best.tolist()):
-        ids = []
-        for step in reversed(range(parent_steps.shape[0])):
-            if token_steps[step, row, beam] >= 0:
-                ids.append(int(token_steps[step, row, beam]))
-            beam = int(parent_steps[step, row, beam])
-        rows.append(ids[::-1])
-    return rows
+    (path,) = follow_back_pointers(torch.stack(parents), best, torch.stack(tokens))
+    return [row[row >= 0].tolist() for row in path.T.cpu()]  # the one read-back
 
 
 @DECODE_STRATEGIES.register("transducer_beam")
