@@ -197,8 +197,6 @@ class LexiconBeamSearch:
         self.blank_id = blank_id
         self.options = options
         self.weights = _Weights.of(options, trie.child.device)
-        # The options that shape a frame's tensors (the rest are ``weights``): what a captured frame depends on.
-        self.graph_key = (options.beam_size, options.beam_size_token)
         # Candidates that cannot matter are left unasked where asking costs a sync. A word's score after the LM is
         # bounded by its score before plus word_bonus only while the LM can only lower it; with a negative weight
         # every word candidate is asked.
@@ -224,6 +222,11 @@ class LexiconBeamSearch:
             hyps, parents[frame_index], emitted[frame_index], words[frame_index] = self.advance(
                 hyps, log_probs[:, frame_index].double(), layout, frame_index < lengths)
         return self._finish(hyps, parents, emitted, words)
+
+    @property
+    def graph_key(self) -> tuple[int, int | None]:
+        """The options that shape a frame's tensors (the rest are ``weights``): what a captured frame depends on."""
+        return self.options.beam_size, self.options.beam_size_token
 
     def layout(self, vocab_size: int, device: torch.device) -> _Layout:
         num_tokens = vocab_size if self.options.beam_size_token is None else min(self.options.beam_size_token,

@@ -15,7 +15,6 @@ from typing import Protocol
 
 import torch
 
-from oasr.decode.arpa import is_arpa
 from oasr.errors import OASRError
 
 
@@ -142,7 +141,3 @@ class NGramLM:
             self.model = kenlm.Model(str(self.path))
         except (OSError, RuntimeError) as e:
             raise DecodingResourceError(f"cannot read the language model {self.path}: {e}") from e
-
-    @property
-    def is_arpa(self) -> bool:
-        return is_arpa(self.path)
