@@ -1,5 +1,5 @@
-"""The base every decode strategy registers under (what the engine reads of a strategy class), and the encoder
-output every strategy reads."""
+"""The base every decode strategy registers under (what the engine reads of a strategy class), the encoder
+output every strategy reads, and the size buckets of captured decode steps."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # annotations only: the server's API processes read these types without torch
     import torch
+
+
+def power_of_two_bucket(value: int, smallest: int = 1) -> int:
+    """The least power of two at or above ``value``, at least ``smallest``: the sizes captured decode steps are
+    kept for, so a graph serves every batch up to its size."""
+    return max(smallest, 1 << (value - 1).bit_length())
 
 
 @dataclass

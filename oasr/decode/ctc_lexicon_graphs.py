@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 import torch
 
+from oasr.decode.base import power_of_two_bucket
+
 DEFAULT_FRAMES_PER_GRAPH = 8
 DEFAULT_MAX_GRAPHS = 32
 
@@ -43,10 +45,6 @@ class FrameSearch(Protocol):
 
     def advance(self, hyps: Any, frame: torch.Tensor, layout: Any,
                 active: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]: ...
-
-
-def _bucket(value: int) -> int:
-    return max(8, 1 << (value - 1).bit_length())
 
 
 @dataclasses.dataclass
@@ -76,7 +74,7 @@ class LexiconFrameGraphs:
         emitted token, emitted word [T, B, K]), as the eager frames give them."""
         b, t, v = log_probs.shape
         # The trie and LM side by identity: a graph reads their tensors, and holds them (so the ids stay theirs).
-        key = (_bucket(b), v, log_probs.dtype, str(log_probs.device), search.graph_key, search.blank_id,
+        key = (power_of_two_bucket(b, 8), v, log_probs.dtype, str(log_probs.device), search.graph_key, search.blank_id,
                id(search.trie), id(search.histories))
         captured = self._graphs.get(key)
         if captured is None:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Protocol
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
-from oasr.decode.base import DecodeStrategy, EncoderOutput
+from oasr.decode.base import DecodeStrategy, EncoderOutput, power_of_two_bucket
 from oasr.decode.pending import LaunchesEagerly
 
 # logits [B, num_joint_outputs] -> (token [B], frames to advance [B]); a blank never advances 0.
@@ -166,10 +166,6 @@ def run_steps(model: TransducerModel, loop: _Loop, rule: Rule, *, max_symbols: i
             break
 
 
-def _bucket(value: int, smallest: int) -> int:
-    return max(smallest, 1 << (value - 1).bit_length())
-
-
 class LabelLoopGraphs:
     """The label loop as CUDA graphs of ``steps_per_graph`` steps, one per (rows, frames) bucket.
 
@@ -190,7 +186,7 @@ class LabelLoopGraphs:
     ) -> list[list[int]]:
         frames = model.project_encoder(encoder_output.hidden)
         batch, num_frames, _ = frames.shape
-        key = (_bucket(batch, 1), _bucket(num_frames, 64))
+        key = (power_of_two_bucket(batch), power_of_two_bucket(num_frames, 64))
         if key not in self._graphs:
             self._graphs[key] = self._capture(model, frames, key, rule, max_symbols)
         graph, loop, _ = self._graphs[key]
