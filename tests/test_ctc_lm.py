@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ import torch
 import oasr
 from oasr.cli import main
 from oasr.decode.ctc_lexicon_beam import LexiconBeamOptions, LexiconBeamSearch
-from oasr.decode.ctc_lexicon_graphs import LexiconFrameGraphs
 from oasr.decode.arpa import ArpaTables
 from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, arpa_unigrams
 from oasr.decode.word_histories import DeviceHistories, HostHistories, WordHistories
@@ -28,35 +26,13 @@ from oasr.models.loader import from_pretrained
 from oasr.models.whisper.model import WhisperForConditionalGeneration
 from oasr.types import DecodeOptions
 from parakeet_reference import build_reference, write_tokenizer
+from random_word_lm import random_lexicon_and_lm, write_bigram_arpa
 from speech_data import audio_path, clips, manifest_entries
 
 kenlm = pytest.importorskip("kenlm")
 fl = pytest.importorskip("flashlight.lib.text.decoder")
 
 CLIP_IDS = ("ps_librivox_0880", "ps_librivox_0890", "ps_librivox_0870")
-
-
-def write_bigram_arpa(path: Path, sentences: list[list[str]]) -> Path:
-    """A bigram ARPA file from counts: add-one unigrams (backoff log10 0.5), the seen bigrams at half their
-    relative frequency. Not a tuned model, only a valid one whose scores differ from word to word."""
-    unigrams, bigrams = Counter(), Counter()
-    vocab = ["<s>", "</s>", "<unk>", *sorted({w for s in sentences for w in s})]
-    for sentence in sentences:
-        marked = ["<s>", *sentence, "</s>"]
-        unigrams.update(marked[1:])
-        bigrams.update(zip(marked, marked[1:]))
-    total = sum(unigrams.values()) + len(vocab)
-    contexts = Counter()
-    for (first, _), count in bigrams.items():
-        contexts[first] += count
-    lines = ["\\data\\", f"ngram 1={len(vocab)}", f"ngram 2={len(bigrams)}", "", "\\1-grams:"]
-    for w in vocab:
-        p = -99.0 if w == "<s>" else math.log10((unigrams[w] + 1) / total)
-        lines.append(f"{p:.6f}\t{w}" + ("" if w == "</s>" else f"\t{math.log10(0.5):.6f}"))
-    lines += ["", "\\2-grams:"]
-    lines += [f"{math.log10(0.5 * c / contexts[a]):.6f}\t{a} {b}" for (a, b), c in sorted(bigrams.items())]
-    path.write_text("\n".join([*lines, "", "\\end\\", ""]), encoding="utf-8")
-    return path
 
 
 class KenLMByHistory(fl.LM):
@@ -191,18 +167,6 @@ def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, lo
                                         LexiconBeamOptions(beam_size, lm_weight, word_bonus, beam_threshold=math.inf),
                                         kind)
     assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
-
-
-def random_lexicon_and_lm(tmp_path: Path, rng: random.Random, blank: int) -> tuple[Lexicon, Path]:
-    """40 distinct spellings of 1-3 tokens below ``blank`` as words w0..w39, and a bigram LM counted over random
-    sentences of them."""
-    spellings: dict[tuple[int, ...], str] = {}
-    while len(spellings) < 40:
-        spellings.setdefault(tuple(rng.randrange(blank) for _ in range(rng.randint(1, 3))), f"w{len(spellings)}")
-    lexicon = Lexicon(tuple(spellings.values()), tuple(spellings))
-    arpa = write_bigram_arpa(tmp_path / "lm.arpa",
-                             [[rng.choice(lexicon.words) for _ in range(rng.randint(2, 6))] for _ in range(60)])
-    return lexicon, arpa
 
 
 def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> None:
@@ -340,48 +304,3 @@ def test_lm_options_are_refused_where_no_search_can_use_them() -> None:
     with pytest.raises(UnsupportedOptionError, match="option lexicon "):
         check_options(whisper, DecodeOptions(beam_size=4, lexicon="w.txt", beam_size_token=8, beam_threshold=5.0),
                       "whisper")
-
-
-def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
-    """One LexiconFrameGraphs object over searches of several batch sizes (sharing buckets, so its buffers are
-    reused and reset) and lengths (not multiples of its window): every result equals the eager frames'."""
-    rng = random.Random(1)
-    vocab, blank = 21, 20
-    lexicon, arpa = random_lexicon_and_lm(tmp_path, rng, blank)
-    graphs = LexiconFrameGraphs(frames_per_graph=4, max_graphs=3)
-    sides = {True: DeviceHistories(ArpaTables.read(arpa).to(device), lexicon.words, device),
-             False: DeviceHistories(None, lexicon.words, device)}
-    trie = LexiconTrie.build(lexicon, vocab, device)
-    words_seen = 0
-    # (rows, beam, token beam, with the LM, LM weight, word bonus, threshold): cases 0 and 1 differ only in the LM
-    # side, 3 reuses 2's graph with other weights, 4 needs a bucket of 16 rows; five graphs in all, over a cap of
-    # three.
-    cases = [(3, 2, None, True, 1.0, 0.5, 50.0), (5, 2, None, False, 1.0, 0.5, 50.0), (8, 4, 4, True, 1.0, 0.5, 50.0),
-             (2, 4, 4, True, 3.0, -1.0, 4.0), (9, 2, None, True, 1.0, 0.5, 50.0), (3, 4, None, False, 0.5, 1.5, 8.0)]
-    for case, (rows, beam, token_beam, with_lm, lm_weight, word_bonus, threshold) in enumerate(cases):
-        frames = rng.randint(3, 23)
-        torch.manual_seed(case)
-        logits = torch.randn(rows, frames, vocab) * 3.0
-        lp = logits.log_softmax(-1).to(device)
-        lengths = torch.tensor([frames] + [rng.randint(1, frames) for _ in range(rows - 1)], device=device)
-        options = LexiconBeamOptions(beam, lm_weight, word_bonus, beam_size_token=token_beam, beam_threshold=threshold)
-        search = LexiconBeamSearch(trie, sides[with_lm], blank, options)
-        eager = search.run(lp, lengths)
-        assert search.run(lp, lengths, graphs) == eager, (case, rows, frames)
-        if case == 3:  # the graph case 2 captured, read with case 3's weights: they change this result
-            case_2 = LexiconBeamOptions(4, 1.0, 0.5, beam_size_token=4)
-            assert LexiconBeamSearch(trie, sides[with_lm], blank, case_2).run(lp, lengths) != eager
-        words_seen += sum(map(len, eager[1]))
-    assert words_seen > 20, "no words: the comparison could not fail"
-    assert len(graphs._graphs) == 3  # more keys than that were met (rows buckets, options): the oldest went
-
-
-def test_frame_graphs_equal_the_eager_frames(tmp_path) -> None:
-    frame_graphs_equal_eager(torch.device("cpu"), tmp_path)
-
-
-@pytest.mark.gpu
-def test_frame_graphs_equal_the_eager_frames_on_cuda(tmp_path) -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs CUDA")
-    frame_graphs_equal_eager(torch.device("cuda"), tmp_path)

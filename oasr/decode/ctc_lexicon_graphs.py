@@ -50,6 +50,10 @@ class FrameSearch(Protocol):
 @dataclasses.dataclass
 class _Captured:
     replay: Callable[[], Any]  # one window of frames: a graph's replay on CUDA, the frames themselves elsewhere
+    # The frames themselves. A graph reads by address every tensor they close over (the layout among them, made
+    # for the capture and held by nothing else): held here, so that memory is not handed to other tensors while
+    # the graph lives.
+    frames: Callable[[], None]
     hyps: Any  # the search's hypotheses for ``rows`` rows, updated in place by each replay
     start: Any  # their value at the sentence start
     window: torch.Tensor  # [rows, F, V]: the frames the next replay reads
@@ -126,7 +130,7 @@ class LexiconFrameGraphs:
             frame_index.add_(f)
 
         if device.type != "cuda":
-            return _Captured(frames, hyps, start, window, lengths, frame_index, *out, search)
+            return _Captured(frames, frames, hyps, start, window, lengths, frame_index, *out, search)
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):  # warm-up: lazy initialisation must not happen during capture
@@ -137,4 +141,4 @@ class LexiconFrameGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             frames()
-        return _Captured(graph.replay, hyps, start, window, lengths, frame_index, *out, search)
+        return _Captured(graph.replay, frames, hyps, start, window, lengths, frame_index, *out, search)
