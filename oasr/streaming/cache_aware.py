@@ -129,12 +129,14 @@ class CacheAwareRuntime:
         # length the checkpoint's tail rule sets; a mask of fixed shape, so the step keeps its graph and batch.
         num_real = [self._real_frames(geometry, r) for r in rows] + [geometry.chunk_frames] * padding
         real = np.arange(geometry.chunk_frames)[None, :] < np.array(num_real)[:, None]
-        slots, first, keep_t, past_t, real_t = upload(
+        slots, first, done, keep_t, past_t, real_t = upload(
             self.device, [r.slot for r in rows] + [self.scratch_slot] * padding,
-            [r.chunk_index == 0 for r in rows] + [False] * padding, np.stack(keep), np.stack(past_valid), real)
+            [r.chunk_index == 0 for r in rows] + [False] * padding,
+            [r.chunk_index * geometry.chunk_frames for r in rows] + [0] * padding, np.stack(keep),
+            np.stack(past_valid), real)
         windows = windows + [np.zeros_like(windows[0])] * padding
         inputs = dict(samples=upload_tensor(torch.from_numpy(np.stack(windows)), self.device), slots=slots,
-                      first=first, keep=keep_t.view(size, num_frames), past_valid=past_t.view(size, past),
+                      first=first, frames_done=done, keep=keep_t.view(size, num_frames), past_valid=past_t.view(size, past),
                       real=real_t.view(size, geometry.chunk_frames))
         prompts = [r.prompt_id for r in rows]
         if any(p is not None for p in prompts):
@@ -143,7 +145,8 @@ class CacheAwareRuntime:
         if self._graphs is None:
             frames, out, predictor = forward(**inputs)
         else:
-            scratch = dict(inputs, slots=torch.full_like(slots, self.scratch_slot))
+            scratch = dict(inputs, slots=torch.full_like(slots, self.scratch_slot),
+                           frames_done=torch.zeros_like(done))
             key = (batch.lookahead, size, "prompt_ids" in inputs)
             frames, out, predictor = self._graphs.run(key, forward, inputs, scratch)
         lengths = inputs["real"].sum(1)
@@ -162,15 +165,16 @@ class CacheAwareRuntime:
         return geometry.tail_frames(row.chunk_index == 0, row.real_frames - row.lead_frames)
 
     def _encode(self, geometry: StreamGeometry, samples: torch.Tensor, slots: torch.Tensor, first: torch.Tensor,
-                keep: torch.Tensor, past_valid: torch.Tensor, real: torch.Tensor,
+                frames_done: torch.Tensor, keep: torch.Tensor, past_valid: torch.Tensor, real: torch.Tensor,
                 prompt_ids: torch.Tensor | None = None):
         """The step's forward up to the label loop, with fixed shapes and no host sync (a graph's body): the
         rows' feature frames, their encoder state from the pool and back to it, their projected frames and
-        predictor context -> (frames [B, chunk_frames, H], predictor out, predictor state). real: bool [B,
-        chunk_frames], the encoder frames that hold audio (``_real_frames``): attention sees no other."""
+        predictor context -> (frames [B, chunk_frames, H], predictor out, predictor state). frames_done: [B],
+        the encoder frames each row's stream has made before this chunk (where its ring fields stand); real:
+        bool [B, chunk_frames], the encoder frames that hold audio (``_real_frames``): attention sees no other."""
         mel = self.loaded.features.window_frames(samples).transpose(1, 2)  # [B, K, n_mels]
         mel = mel * keep.unsqueeze(2).to(mel.dtype)
-        state = self.pool.gather(slots)
+        state = self.pool.gather(slots, frames_done)
         hidden, new_state = self.model.stream_encode(mel.to(self.loaded.dtype), state, first.bool(),
                                                      past_valid.bool(), geometry, real.bool())
         self.pool.scatter(slots, new_state)

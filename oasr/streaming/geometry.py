@@ -22,14 +22,21 @@ TAIL_RULES = ("pad", "mask")
 
 @dataclass(frozen=True)
 class StateField:
-    """One tensor of per-stream state: ``shape`` is one stream's (the pool adds the slot axis in front)."""
+    """One tensor of per-stream state: ``shape`` is one stream's (the pool adds the slot axis in front).
+
+    ``ring``: the field is the stream's latest frames, [layers, ..., frames, width], read and appended in place a
+    layer at a time (``oasr.streaming.state_pool.RingRows``) instead of gathered and scattered whole.
+    """
 
     name: str
     shape: tuple[int, ...]
+    ring: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or any(n < 0 for n in self.shape):
             raise ValueError(f"bad state field {self.name!r} {self.shape}")
+        if self.ring and (len(self.shape) < 3 or 0 in self.shape):
+            raise ValueError(f"ring field {self.name!r} needs [layers, ..., frames, width], got {self.shape}")
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ def stream_geometry(encoder: NemotronAsrStreamingEncoder, lookahead: int, frame_
     chunk = lookahead + 1
     past = config.left_context
     state = (*_subsampling_fields(encoder.subsampling, config.num_mel_bins, factor * chunk, 1 + factor * lookahead),
-             StateField("attention.keys", _kv_shape(encoder, past)),
-             StateField("attention.values", _kv_shape(encoder, past)),
+             StateField("attention.keys", _kv_shape(encoder, past), ring=True),
+             StateField("attention.values", _kv_shape(encoder, past), ring=True),
              StateField("conv", (config.num_hidden_layers, config.conv_kernel_size - 1, config.hidden_size)))
     return StreamGeometry(lookahead=lookahead, chunk_frames=chunk, first_feature_frames=1 + factor * lookahead,
                           feature_frames=factor * chunk, past_frames=past,
@@ -135,34 +135,34 @@ def stream_step(
     """One chunk of every row's stream.
 
     features: [B, feature_frames, n_mels] (the first chunk zero in front); state: each of ``geometry.state``'s
-    fields, [B, *shape], the rows' state after their previous chunk (zeros before the first); first: bool [B],
+    fields, [B, *shape], the rows' state after their previous chunk (zeros before the first), but the attention
+    caches, which are ``RingRows`` read and appended in place (their newest ``past_frames``); first: bool [B],
     the rows whose chunk is their first; past_valid: bool [B, past_frames], the past frames each row's queries may
     see (``StreamGeometry.visible_past``, newest last); real: bool [B, chunk_frames], the chunk's frames that hold
     audio, the only keys its attention sees (None: all; see ``StreamGeometry.tail``; the frames after them are
     not decoded, and the causal convolutions keep them out of the frames before) -> (hidden [B, chunk_frames,
-    hidden_size], the new state).
+    hidden_size], the new state but the attention caches).
     """
     x, new_state = _subsample(encoder.subsampling, features, state, first, geometry)
     x = x * encoder.input_scale
     past = geometry.past_frames
     positions = relative_position_embeddings(x.shape[1], x.shape[2], device=x.device, dtype=x.dtype,
                                              num_keys=past + x.shape[1])
-    # Each layer's window: its past keys and values with room for the chunk's, which attention writes in place;
-    # the window's newest ``past`` frames are the state after the chunk (a view, copied once by the scatter).
+    # Each layer's window: its past keys and values read from the rings with room for the chunk's, which
+    # attention writes in place; the chunk's are then appended to the rings, over the oldest.
     chunk = x.shape[1]
-    keys, values = (torch.cat([state[name], state[name].new_empty(*state[name].shape[:3], chunk,
-                                                                 state[name].shape[4])], dim=3)
-                    for name in ("attention.keys", "attention.values"))
+    key_ring, value_ring = state["attention.keys"], state["attention.values"]
     tails, new_tails = state["conv"], []
     for index, block in enumerate(encoder.layers):
         x, h = block.norm_self_att.add_forward(x, block.feed_forward1(block.norm_feed_forward1(x)), alpha=0.5)
-        attended = block.self_attn.attend_in_window(h, positions, keys[:, index], values[:, index], past_valid,
-                                                    real)
+        keys, values = key_ring.window(index, chunk), value_ring.window(index, chunk)
+        attended = block.self_attn.attend_in_window(h, positions, keys, values, past_valid, real)
+        key_ring.append(index, keys[:, :, past:])
+        value_ring.append(index, values[:, :, past:])
         x, h = block.norm_conv.add_forward(x, attended)
         convolved, tail = _convolve(block.conv, h, tails[:, index])
         new_tails.append(tail)
         x, h = block.norm_feed_forward2.add_forward(x, convolved)
         x = block.norm_out.add_forward(x, block.feed_forward2(h), alpha=0.5)[1]
-    new_state.update({"attention.keys": keys[:, :, :, chunk:], "attention.values": values[:, :, :, chunk:],
-                      "conv": torch.stack(new_tails, 1)})
+    new_state["conv"] = torch.stack(new_tails, 1)
     return x, new_state
