@@ -1,7 +1,8 @@
 """``oasr bench realtime`` end to end on CPU: a real ``oasr serve`` of tiny.en, two sessions of one JFK turn each,
-sent eight times faster than real time. No timings are asserted, only the run's structure and invariants: every
-turn completed, no errors, latencies non-negative and ordered, the audio the clients sent is what the server
-counted, and each completed transcript is the offline transcript of what the server heard. The server-histogram
+sent eight times faster than real time, one from each of two client processes. No timings are asserted, only the
+run's structure and invariants: every turn completed, no errors, latencies non-negative and ordered, the audio the
+clients sent is what the server counted, and each completed transcript is the offline transcript of what the
+server heard. The server-histogram
 reading (``histogram_quantile``) is pinned on fabricated buckets."""
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def run(tmp_path_factory) -> dict:
     out = folder / "run.json"
     status = main(["--model", "tiny.en", "--manifest", str(folder / "manifest.jsonl"), "--sessions",
                    str(NUM_SESSIONS), "--turns-per-session", str(NUM_TURNS), "--speed", "8", "--stagger-s", "0.2",
-                   "--warmup-sessions", "0", "--device", "cpu", "--dtype", "float32", "--transcripts",
+                   "--warmup-sessions", "0", "--client-processes", "2", "--device", "cpu", "--dtype", "float32",
+                   "--transcripts",
                    "--bulk-uploads", str(NUM_BULK), "--bulk-seconds", str(BULK_S),
                    "--json-out", str(out)])
     result = json.loads(out.read_text())
@@ -46,7 +48,7 @@ def test_every_turn_completes_without_errors(run):
     assert run["clean"] is True
     assert run["errors"] == 0 and run["first_errors"] == []
     assert run["turns_started"] == run["turns_completed"] == run["turns_expected"] == expected
-    assert run["sessions_completed"] == NUM_SESSIONS
+    assert run["sessions_completed"] == NUM_SESSIONS and run["client_processes"] == 2
     assert run["model_streams"] is False  # tiny.en transcribes a turn once it is committed
     assert run["server"]["completion_s"]["count"] == expected
     assert run["server"]["delta_s"]["count"] == 0  # only streamed deltas are observed there

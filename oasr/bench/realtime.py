@@ -62,6 +62,7 @@ REALTIME_BLANK_BIAS = 0.7
 NUM_SYNTHETIC_CLIPS = 8
 DEFAULT_TURNS = 4  # per session, when neither --turns-per-session nor --duration-s is given
 WARMUP_SPEED = 4.0  # the warm-up's turns go faster than real time: they are not measured
+SESSIONS_PER_CLIENT_PROCESS = 64  # one client loop keeps 64 sessions on time; 256 fell behind by 200 ms
 
 
 def synthetic_audio(count: int, seconds: float, seed: int = 0) -> list[np.ndarray]:
@@ -149,6 +150,10 @@ def _plan(args: argparse.Namespace, ws_url: str, utterances: tuple[Utterance, ..
                     args.speed, args.turn_timeout_s, args.stagger_s)
 
 
+def client_processes(args: argparse.Namespace) -> int:
+    return args.client_processes or -(-args.sessions // SESSIONS_PER_CLIENT_PROCESS)
+
+
 def _serve_args(args: argparse.Namespace, model: str, port: int) -> list[str]:
     sessions = max(args.sessions + args.warmup_sessions, 64)  # the warm-up's may still be closing
     # The bench's sessions all come from one address and no key: the per-client and per-key caps are off.
@@ -187,11 +192,13 @@ def bench(args: argparse.Namespace) -> dict:
                                    f"{tail(log_path)}")
         before = scrape(url)
         bulk = None
+        processes = client_processes(args)
         if args.bulk_uploads:
             wav = bulk_wav([samples for _, samples in clips], args.bulk_seconds)
-            (records, wall_s), bulk = asyncio.run(beside_bulk(run_load(plan), url, wav, args.bulk_uploads))
+            (records, wall_s), bulk = asyncio.run(beside_bulk(run_load(plan, processes=processes), url, wav,
+                                                              args.bulk_uploads))
         else:
-            records, wall_s = asyncio.run(run_load(plan))
+            records, wall_s = asyncio.run(run_load(plan, processes=processes))
         after = scrape(url)
     out = report(args, plan, records, wall_s, before, after)
     if bulk is not None:  # the uploads' own answers; a failed one makes the run unclean
@@ -220,7 +227,8 @@ def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord
         "model": NEMOTRON_ARCH + " (random weights)" if args.nemotron_shape else args.model,
         "model_streams": streams, "device": args.device, "sessions": plan.num_sessions,
         "turns_per_session": plan.num_turns, "duration_s": plan.duration_s, "chunk_ms": args.chunk_ms,
-        "speed": plan.speed, "clips": len(plan.utterances), "wall_s": round(wall_s, 3),
+        "speed": plan.speed, "clips": len(plan.utterances), "client_processes": client_processes(args),
+        "wall_s": round(wall_s, 3),
         "turns_started": len(turns), "turns_completed": len(done), "turns_expected": expected,
         "sessions_completed": sum(not r.errors and (expected is None or len(r.turns) == plan.num_turns)
                                   for r in records),
@@ -268,6 +276,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunk-ms", type=int, default=100, help="audio per input_audio_buffer.append")
     p.add_argument("--speed", type=float, default=1.0, help="audio seconds sent per wall second (1: real time)")
     p.add_argument("--stagger-s", type=float, default=1.0, help="sessions start spread over this long")
+    p.add_argument("--client-processes", type=int, default=None,
+                   help=f"client processes the sessions are split over (default: one per "
+                        f"{SESSIONS_PER_CLIENT_PROCESS} sessions; one loop with hundreds falls behind its pacing)")
     p.add_argument("--warmup-sessions", type=int, default=8, help="sessions of one turn each before measuring")
     p.add_argument("--turn-timeout-s", type=float, default=300.0, help="a turn not completed by then has failed")
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
@@ -280,6 +291,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bulk-seconds", type=float, default=120.0, help="audio per bulk upload (the clips repeated)")
     p.add_argument("--json-out", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.client_processes is not None and args.client_processes < 1:
+        p.error("--client-processes must be at least 1")
     if args.sessions < 1 or args.chunk_ms < 1 or args.speed <= 0 or args.stagger_s < 0:
         p.error("--sessions and --chunk-ms must be positive, --speed above 0, --stagger-s at least 0")
     if args.turns_per_session is not None and args.turns_per_session < 1:

@@ -5,7 +5,12 @@ per-event model validation would cost more than the server's work being measured
 A session sends one ``session.update`` (transcription, ``audio/pcm`` at 24 kHz, ``turn_detection: null``: the
 client commits), then speaks its turns one after the other: a turn's appends go out one chunk per chunk period
 (divided by the speed), the commit when its audio's last chunk period ends, and the next turn starts once the
-turn's ``completed`` (or ``failed``) has come. Every timestamp is ``time.perf_counter()`` in this process.
+turn's ``completed`` (or ``failed``) has come. Every timestamp is ``time.perf_counter()``.
+
+One event loop keeps a few dozen sessions on time; at hundreds it falls behind, and every append it sends late
+and every event it reads late shows up as the server's latency. ``run_load(plan, processes=N)`` splits the
+sessions over N client processes, each with its own loop (the perf counter is the host's monotonic clock, so
+their timestamps compare).
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +94,12 @@ class Turn:
     def completed(self) -> bool:
         return self.completed_at is not None and self.failure is None
 
+    def __getstate__(self) -> dict:  # the event belongs to the client process's loop: a turn crosses without it
+        return {k: v for k, v in self.__dict__.items() if k != "done"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, done=asyncio.Event())
+
 
 @dataclass
 class SessionRecord:
@@ -98,15 +111,44 @@ class SessionRecord:
     num_late_appends: int = 0  # appends more than one chunk period late
     ready: asyncio.Event = field(default_factory=asyncio.Event)  # session.updated has come
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "ready"}
 
-async def run_load(plan: LoadPlan) -> tuple[list[SessionRecord], float]:
-    """Every session of ``plan`` -> their records and the wall seconds from the first session's start."""
-    records = [SessionRecord(i) for i in range(plan.num_sessions)]
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, ready=asyncio.Event())
+
+
+async def run_load(plan: LoadPlan, *, processes: int = 1) -> tuple[list[SessionRecord], float]:
+    """Every session of ``plan`` -> their records (by index) and the wall seconds from the first session's start
+    to the last one's end; ``processes`` > 1: the sessions dealt round-robin to that many client processes."""
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes}")
+    if processes == 1:
+        records, started, ended = await _sessions(plan, range(plan.num_sessions))
+        return records, ended - started
+    loop = asyncio.get_running_loop()
+    # spawn: the parent may hold threads (torch's, the server's pipes) that a forked child must not inherit.
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parts = await asyncio.gather(*(loop.run_in_executor(pool, _client_process, plan,
+                                                            range(i, plan.num_sessions, processes))
+                                       for i in range(min(processes, plan.num_sessions))))
+    records = sorted((r for part, _, _ in parts for r in part), key=lambda r: r.index)
+    return records, max(p[2] for p in parts) - min(p[1] for p in parts)
+
+
+def _client_process(plan: LoadPlan, indices: range) -> tuple[list[SessionRecord], float, float]:
+    return asyncio.run(_sessions(plan, indices))
+
+
+async def _sessions(plan: LoadPlan, indices: range) -> tuple[list[SessionRecord], float, float]:
+    """The sessions of ``indices`` on this loop, each starting at its place in the plan's stagger from now ->
+    (records, start, end) in perf-counter seconds."""
+    records = [SessionRecord(i) for i in indices]
     started = time.perf_counter()
     deadline = None if plan.duration_s is None else started + plan.duration_s
     await asyncio.gather(*(_session(plan, r, started + plan.stagger_s * r.index / plan.num_sessions, deadline)
                            for r in records))
-    return records, time.perf_counter() - started
+    return records, started, time.perf_counter()
 
 
 async def _session(plan: LoadPlan, record: SessionRecord, start_at: float, deadline: float | None) -> None:
