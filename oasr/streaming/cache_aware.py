@@ -67,6 +67,7 @@ class CacheAwareRuntime:
         # One more slot than streams: rows that pad a step to its batch bucket read and write this one.
         self.scratch_slot = num_slots
         self.pool = StreamStatePool(geometry.state, num_slots + 1, self.device, loaded.dtype)
+        self._opened: list[int] = []  # slots taken since the last step, cleared together at the next
         with torch.inference_mode():
             start = self.model.predictor_rows(*self.model.predictor_init(1, self.device))
         self._start = {name: rows[0] for name, rows in start.items()}  # a stream's context before any token
@@ -86,6 +87,7 @@ class CacheAwareRuntime:
                 break
             size *= 2
         self.open(self.scratch_slot)
+        self._clear_opened()
 
     def geometry(self, lookahead: int) -> StreamGeometry:
         if lookahead not in self._geometries:
@@ -95,10 +97,17 @@ class CacheAwareRuntime:
     def new_audio(self) -> StreamAudio:
         return StreamAudio(*self._audio_args)
 
-    @torch.inference_mode()
     def open(self, slot: int) -> None:
-        """A stream takes ``slot``: no past, the predictor at the start of a sequence."""
-        self.pool.clear(torch.tensor([slot], device=self.device), self._start)
+        """A stream takes ``slot``: no past, the predictor at the start of a sequence. The slot is cleared with
+        the others opened before the next step, in one launch a field (a thousand streams opening at once
+        would otherwise cost ten launches each)."""
+        self._opened.append(slot)
+
+    @torch.inference_mode()
+    def _clear_opened(self) -> None:
+        if self._opened:
+            self.pool.clear(upload(self.device, self._opened)[0], self._start)
+            self._opened.clear()
 
     @torch.inference_mode()
     def reset_decoder(self, slots: list[int]) -> None:
@@ -116,6 +125,7 @@ class CacheAwareRuntime:
         every new batch size would otherwise cost new cuFFT, cuDNN and cuBLAS plans in the middle of a live step,
         and on CUDA each (lookahead, size) has its forward captured as a graph.
         """
+        self._clear_opened()
         geometry = self.geometry(batch.lookahead)
         rows = batch.rows
         size = 1 << (len(rows) - 1).bit_length()
