@@ -151,7 +151,7 @@ def _plan(args: argparse.Namespace, ws_url: str, utterances: tuple[Utterance, ..
 
 
 def client_processes(args: argparse.Namespace) -> int:
-    return args.client_processes or -(-args.sessions // SESSIONS_PER_CLIENT_PROCESS)
+    return min(args.client_processes or -(-args.sessions // SESSIONS_PER_CLIENT_PROCESS), args.sessions)
 
 
 def _serve_args(args: argparse.Namespace, model: str, port: int) -> list[str]:

@@ -35,6 +35,7 @@ SESSION_UPDATE = json.dumps({"type": "session.update", "session": {
     "type": "transcription",
     "audio": {"input": {"format": {"type": "audio/pcm", "rate": PCM_RATE}, "turn_detection": None}}}})
 COMMIT = json.dumps({"type": "input_audio_buffer.commit"})
+CLIENT_START_S = 3.0  # client processes start this long after they are asked for (a spawn and its imports)
 
 
 @dataclass(frozen=True)
@@ -119,36 +120,41 @@ class SessionRecord:
 
 
 async def run_load(plan: LoadPlan, *, processes: int = 1) -> tuple[list[SessionRecord], float]:
-    """Every session of ``plan`` -> their records (by index) and the wall seconds from the first session's start
-    to the last one's end; ``processes`` > 1: the sessions dealt round-robin to that many client processes."""
+    """Every session of ``plan`` -> their records (by index) and the wall seconds from the load's start to the
+    last session's end; ``processes`` > 1: the sessions dealt round-robin to that many client processes, which
+    share one start (the stagger and the deadline count from it) a little ahead, to cover their start-up."""
     if processes < 1:
         raise ValueError(f"processes must be at least 1, got {processes}")
     if processes == 1:
-        records, started, ended = await _sessions(plan, range(plan.num_sessions))
-        return records, ended - started
+        origin = time.perf_counter()
+        return await _sessions(plan, range(plan.num_sessions), origin), time.perf_counter() - origin
+    origin = time.perf_counter() + CLIENT_START_S
     loop = asyncio.get_running_loop()
     # spawn: the parent may hold threads (torch's, the server's pipes) that a forked child must not inherit.
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
         parts = await asyncio.gather(*(loop.run_in_executor(pool, _client_process, plan,
-                                                            range(i, plan.num_sessions, processes))
-                                       for i in range(min(processes, plan.num_sessions))))
-    records = sorted((r for part, _, _ in parts for r in part), key=lambda r: r.index)
-    return records, max(p[2] for p in parts) - min(p[1] for p in parts)
+                                                            range(i, plan.num_sessions, processes), origin)
+                                       for i in range(min(processes, plan.num_sessions))),
+                                     return_exceptions=True)  # the others' sessions run to their end first
+    wall_s = time.perf_counter() - origin
+    failed = [p for p in parts if isinstance(p, BaseException)]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(parts)} client processes failed") from failed[0]
+    return sorted((r for part in parts for r in part), key=lambda r: r.index), wall_s
 
 
-def _client_process(plan: LoadPlan, indices: range) -> tuple[list[SessionRecord], float, float]:
-    return asyncio.run(_sessions(plan, indices))
+def _client_process(plan: LoadPlan, indices: range, origin: float) -> list[SessionRecord]:
+    return asyncio.run(_sessions(plan, indices, origin))
 
 
-async def _sessions(plan: LoadPlan, indices: range) -> tuple[list[SessionRecord], float, float]:
-    """The sessions of ``indices`` on this loop, each starting at its place in the plan's stagger from now ->
-    (records, start, end) in perf-counter seconds."""
+async def _sessions(plan: LoadPlan, indices: range, origin: float) -> list[SessionRecord]:
+    """The sessions of ``indices`` on this loop, each starting at its place in the plan's stagger after
+    ``origin`` (perf-counter seconds), none starting a turn after the plan's duration from it."""
     records = [SessionRecord(i) for i in indices]
-    started = time.perf_counter()
-    deadline = None if plan.duration_s is None else started + plan.duration_s
-    await asyncio.gather(*(_session(plan, r, started + plan.stagger_s * r.index / plan.num_sessions, deadline)
+    deadline = None if plan.duration_s is None else origin + plan.duration_s
+    await asyncio.gather(*(_session(plan, r, origin + plan.stagger_s * r.index / plan.num_sessions, deadline)
                            for r in records))
-    return records, started, time.perf_counter()
+    return records
 
 
 async def _session(plan: LoadPlan, record: SessionRecord, start_at: float, deadline: float | None) -> None:

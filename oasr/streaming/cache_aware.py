@@ -67,7 +67,7 @@ class CacheAwareRuntime:
         # One more slot than streams: rows that pad a step to its batch bucket read and write this one.
         self.scratch_slot = num_slots
         self.pool = StreamStatePool(geometry.state, num_slots + 1, self.device, loaded.dtype)
-        self._opened: list[int] = []  # slots taken since the last step, cleared together at the next
+        self._opened: set[int] = set()  # slots taken since the last step, cleared together at the next
         with torch.inference_mode():
             start = self.model.predictor_rows(*self.model.predictor_init(1, self.device))
         self._start = {name: rows[0] for name, rows in start.items()}  # a stream's context before any token
@@ -101,12 +101,12 @@ class CacheAwareRuntime:
         """A stream takes ``slot``: no past, the predictor at the start of a sequence. The slot is cleared with
         the others opened before the next step, in one launch a field (a thousand streams opening at once
         would otherwise cost ten launches each)."""
-        self._opened.append(slot)
+        self._opened.add(slot)
 
     @torch.inference_mode()
     def _clear_opened(self) -> None:
         if self._opened:
-            self.pool.clear(upload(self.device, self._opened)[0], self._start)
+            self.pool.clear(upload(self.device, sorted(self._opened))[0], self._start)
             self._opened.clear()
 
     @torch.inference_mode()
