@@ -146,8 +146,8 @@ class CacheAwareRuntime:
             np.stack(past_valid), real)
         windows = windows + [np.zeros_like(windows[0])] * padding
         inputs = dict(samples=upload_tensor(torch.from_numpy(np.stack(windows)), self.device), slots=slots,
-                      first=first, frames_done=done, keep=keep_t.view(size, num_frames), past_valid=past_t.view(size, past),
-                      real=real_t.view(size, geometry.chunk_frames))
+                      first=first, frames_done=done, keep=keep_t.view(size, num_frames),
+                      past_valid=past_t.view(size, past), real=real_t.view(size, geometry.chunk_frames))
         prompts = [r.prompt_id for r in rows]
         if any(p is not None for p in prompts):
             inputs["prompt_ids"] = upload(self.device, prompts + prompts[:1] * padding)[0]
