@@ -91,8 +91,7 @@ class RingRows:
         """[B, *inner, frames + room, width]: the layer's frames of each row, oldest first (a copy), then ``room``
         frames of no meaning for the chunk's own."""
         if room not in self._read:
-            offsets = torch.arange(self.frames + room, device=self.store.device)
-            self._read[room] = (self._base + (self._start + offsets) % self.frames).flatten()
+            self._read[room] = self._layer0_rows(0, self.frames + room)
         out = self._rows.index_select(0, self._read[room] + layer * self._stride)
         return out.view(*self._base.shape[:-1], self.frames + room, self.width)
 
@@ -102,8 +101,13 @@ class RingRows:
         num_new = new.shape[-2]
         if num_new not in self._write:
             keep = min(num_new, self.frames)
-            offsets = torch.arange(num_new - keep, num_new, device=self.store.device)
-            self._write[num_new] = keep, (self._base + (self._start + offsets) % self.frames).flatten()
+            self._write[num_new] = keep, self._layer0_rows(num_new - keep, num_new)
         keep, index = self._write[num_new]
         self._rows.index_copy_(0, index + layer * self._stride,
                                new[..., num_new - keep:, :].reshape(-1, self.width).to(self.store.dtype))
+
+    def _layer0_rows(self, first: int, end: int) -> torch.Tensor:
+        """The flat rows, in layer 0, of each row's stream frames ``frames_done + first`` to ``frames_done + end``
+        (exclusive), [B * inner * (end - first)]; a layer adds ``layer * self._stride``."""
+        offsets = torch.arange(first, end, device=self.store.device)
+        return (self._base + (self._start + offsets) % self.frames).flatten()
