@@ -38,10 +38,12 @@ On the H200 (torch 2.11, transformers 5.17), TOKENIZER a multilingual Whisper ``
         --dtype float16
 
 The defaults: 6 recordings of 10 minutes (60 minutes, 120 windows, about 13,500 tokens), OASR at batch_size 128,
-transformers at batches 64 and 128, each side warmed once then timed twice, the best counting. Estimated at about
-3-4 minutes per arch on the H200, most of it building two random large-v3 models on the CPU and transformers' runs;
-not yet run there. ``--compile-encoder`` times OASR's encoder compiled (not what ``oasr.transcribe`` does by
-default). On an 80 GB card give OASR less than the engine's default 40 % of free memory (``--memory-gib 24``) so
+transformers at batches 64 and 128, each side warmed once then timed twice, the best counting: about 3 minutes
+for large-v3 on an H100 and under 2 for turbo, most of it building the random models on the CPU and transformers'
+runs (``--peer none``: under a minute). ``--kv-cache-dtype fp8`` holds OASR's K/V, the cross-attention's included,
+in e4m3 (decode reads half the bytes). ``--compile-encoder`` times OASR's encoder compiled (not what
+``oasr.transcribe`` does by default). ``--profile`` then runs OASR's side under torch's profiler, the workload and
+its one-token version, tables to stderr. On an 80 GB card give OASR less than the engine's default 40 % of free memory (``--memory-gib 24``) so
 that transformers' batch of 128 (its cross-attention caches alone 31 GB at large-v3) still fits.
 
 The JSON goes to stdout, each timed run to stderr as it comes.
@@ -382,6 +384,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="OASR's batch_size (windows decoding at once), as oasr.transcribe takes it")
     p.add_argument("--memory-gib", type=_positive_float, default=None,
                    help="OASR's K/V memory budget (default: the engine's, 40%% of free GPU memory)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=("auto", "fp8"),
+                   help="how OASR holds K/V, cross-attention's included (fp8: e4m3 with a scale per position and head)")
     p.add_argument("--compile-encoder", action="store_true", help="torch.compile OASR's encoder (CUDA)")
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"))
@@ -392,6 +396,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--token-counts", type=_positive_int, nargs="+", default=None,
                    help="draw the tokens per window from these counts instead")
     p.add_argument("--no-encoder-probe", action="store_true", help="skip the one-token run that times the encoder")
+    p.add_argument("--profile", action="store_true",
+                   help="then run OASR's side once more under torch's profiler, and once at one token per window "
+                        "(the encoder's share), tables to stderr")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.tokenizer is not None and not args.tokenizer.is_file():
@@ -409,8 +416,9 @@ def _engine_config(args: argparse.Namespace):
     from oasr.engine.config import CacheConfig, EngineConfig
 
     base = EngineConfig()
-    cache = base.cache if args.memory_gib is None else replace(base.cache,
-                                                                memory_budget_bytes=int(args.memory_gib * 2**30))
+    cache = replace(base.cache, kv_cache_dtype=args.kv_cache_dtype)
+    if args.memory_gib is not None:
+        cache = replace(cache, memory_budget_bytes=int(args.memory_gib * 2**30))
     return replace(base, cache=cache, runner=replace(base.runner, compile_encoder=args.compile_encoder))
 
 
@@ -437,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     peer = PeerLongForm(loaded, state, tokenizer_file) if args.peer == "transformers" else None
     header = {"arch": args.arch, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
               "recordings": args.recordings, "minutes": args.minutes, "oasr_batch_size": args.batch_size,
-              "token_counts_source": source,
+              "kv_cache_dtype": args.kv_cache_dtype, "token_counts_source": source,
               "tokens_per_window_mean": round(float(np.mean(workload.window_lengths)), 1),
               "peer_path": "pipeline(automatic-speech-recognition, chunk_length_s=30, stride_length_s=0)"}
     ours_timed, peers = run_rounds(ours, peer, workload, args.peer_batch_sizes, args.rounds)
@@ -445,7 +453,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_encoder_probe:
         result["oasr_encoder"] = encoder_report(ours, workload, loaded.config, args.rounds)
     print(json.dumps(result, indent=2))
+    if args.profile:
+        profile_side(ours, workload)
     return 0
+
+
+def profile_side(ours: OasrLongForm, workload: Workload) -> None:
+    """OASR's side under torch's profiler, to stderr: the whole workload, then at one token per window."""
+    from contextlib import redirect_stdout
+
+    from oasr.bench.profiling import profile_oasr
+
+    with redirect_stdout(sys.stderr):
+        for name, load in (("the workload", workload), ("one token per window", workload.with_lengths(1))):
+            print(f"== profile: {name}")
+            profile_oasr(lambda load=load: ours.run(load))
 
 
 if __name__ == "__main__":
