@@ -3,9 +3,10 @@
 CUDA, at a Qwen3-1.7B decode shape (grouped key/value heads, long prompts) and two Whisper shapes, to choose the
 launch settings ``paged_decode_attention`` uses. ``--cross`` times a decode step's cross-attention at Whisper's
 fixed window instead: SDPA over the fp16 slots (the ``auto`` cache) against the paged kernel over e4m3 slots
-(``kv_cache_dtype`` fp8), the kernel's tile and warps swept.
+(``kv_cache_dtype`` fp8), the kernel's tile and warps swept, and the kernel over the fp16 slots with every row
+live and with every other row idle (length 0). ``--cross --fp16`` times the fp16 cases alone.
 
-    PYTHONPATH=. python3 scripts/bench_paged_attention.py [--cross]
+    PYTHONPATH=. python3 scripts/bench_paged_attention.py [--cross [--fp16]]
 """
 
 from __future__ import annotations
@@ -44,14 +45,15 @@ def time_shape(b: int, h: int, kv: int, d: int, pos: int, block_size: int = 16) 
             print(f"b={b} h={h} kv={kv} d={d} pos~{pos} BLOCK_N={block_n} warps={warps}: {us:.1f} us", flush=True)
 
 
-CROSS_SHAPES = (  # rows, heads, head size, encoder positions: large-v3 and tiny at 64 rows, large-v3 at 256
+CROSS_SHAPES = (  # rows, heads, head size, encoder positions: large-v3 at 4 and 64 rows, tiny at 64, large-v3 at 256
+    (4, 20, 64, 1500),
     (64, 20, 64, 1500),
     (64, 6, 64, 1500),
     (256, 20, 64, 1500),
 )
 
 
-def time_cross(b: int, h: int, d: int, s: int) -> None:
+def time_cross(b: int, h: int, d: int, s: int, fp16_only: bool = False) -> None:
     from oasr.layers.attention import sdpa
     from oasr.layers.kv_format import quantize_heads
 
@@ -62,12 +64,23 @@ def time_cross(b: int, h: int, d: int, s: int) -> None:
     us = 1000 * triton.testing.do_bench(lambda: sdpa(q, dense_k, dense_v), warmup=20, rep=100)
     moved = 2 * b * s * h * d * 2
     print(f"cross b={b} h={h} s={s} fp16 SDPA: {us:.1f} us ({moved / us / 1e6:.2f} TB/s)", flush=True)
+    table = torch.arange(b, device="cuda")[:, None]
+    lengths = torch.full((b,), s, device="cuda")
+    half_idle = lengths.clone()
+    half_idle[::2] = 0  # every other slot idle: what a step reads once half its rows have finished
+    pool_k, pool_v = k.flatten(0, 1), v.flatten(0, 1)  # the same slots as a paged pool of one block each
+    for splits in (1, 2, 4, 8):
+        for name, rows in (("all rows", lengths), ("half idle", half_idle)):
+            us = 1000 * triton.testing.do_bench(lambda rows=rows, splits=splits: paged_attention.paged_cross_attention(
+                q[:, :, 0], pool_k, pool_v, table, rows, s, splits=splits), warmup=20, rep=100)
+            print(f"cross b={b} h={h} s={s} fp16 kernel splits={splits} {name}: {us:.1f} us "
+                  f"({moved / us / 1e6:.2f} TB/s of all rows' K/V)", flush=True)
+    if fp16_only:
+        return
     k8, ks = quantize_heads(k.flatten(0, 1))  # [B * S, H, D] and scales [B * S, H]
     v8, vs = quantize_heads(v.flatten(0, 1))
     k_scale = ks.view(b, s, h).transpose(1, 2).contiguous()  # [slots, H, window]
     v_scale = vs.view(b, s, h).transpose(1, 2).contiguous()
-    table = torch.arange(b, device="cuda")[:, None]
-    lengths = torch.full((b,), s, device="cuda")
     want = sdpa(q, dense_k, dense_v)[:, :, 0].float()
     moved = 2 * b * s * h * (d + 4)
     timed = []
@@ -104,7 +117,7 @@ def time_cross(b: int, h: int, d: int, s: int) -> None:
 if __name__ == "__main__":
     if "--cross" in sys.argv[1:]:
         for shape in CROSS_SHAPES:
-            time_cross(*shape)
+            time_cross(*shape, fp16_only="--fp16" in sys.argv[1:])
     else:
         for shape in SHAPES:
             time_shape(*shape)
