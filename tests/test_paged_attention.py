@@ -159,3 +159,44 @@ def test_paged_cross_reads_what_dense_cross_attention_reads(kv_cache_dtype: str)
             assert torch.allclose(got, want[row], atol=1e-6), (layer, slot)
     store.release([3])
     assert store.lengths[3] == 0 and store.table[3].eq(0).all()
+
+
+_SLOT_STEP_INTERPRETED = textwrap.dedent("""
+    import torch
+    from oasr.engine.cross_cache import SlotCrossStore
+    from oasr.engine.step import EncodeRow
+    from oasr.models.base import CrossSpec, DecoderSpec
+
+    class Projector:  # cross_kv_into of a model whose K and V are the hidden states, scaled
+        def cross_kv_into(self, hidden, k_out, v_out):
+            for layer in range(k_out.shape[0]):
+                k_out[layer].copy_(hidden * (layer + 1))
+                v_out[layer].copy_(-hidden * (layer + 1))
+
+    torch.manual_seed(4)
+    layers, heads, dim, window = 2, 2, 16, 6
+    spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=window, fixed=True))
+    store = SlotCrossStore(spec, 5, torch.float32, torch.device("cpu"), kernel_min_rows=5)
+    hidden = torch.randn(2, window, heads * dim)
+    rows = (EncodeRow("a", (3,), ((),)), EncodeRow("b", (0, 4), ((), ())))  # slots: 0 b, 1 -, 2 -, 3 a, 4 b
+    store.write(Projector(), rows, hidden, [window, window])
+    q = torch.randn(5, heads, 1, dim)
+    worst = 0.0
+    for released in ((), (4,)):
+        store.release(list(released))
+        step = store.context(5)
+        for layer in range(layers):
+            dense = step.attend(layer, q)  # SDPA over every slot, idle ones too
+            kernel = step.attend(layer, q, use_kernel=True)
+            live = torch.tensor([s not in (1, 2) + released for s in range(5)])
+            worst = max(worst, (kernel[live] - dense[live]).abs().max().item(), kernel[~live].abs().max().item())
+    assert store.context(4).paged is None  # below kernel_min_rows: SDPA over every slot
+    print(worst)
+""")
+
+
+def test_a_window_slot_step_on_the_kernel_reads_the_live_slots_and_skips_the_idle_ones() -> None:
+    """Whisper's fixed-window slots (float): a decode step of at least ``kernel_min_rows`` rows on the paged kernel
+    attends each live slot as SDPA over the slots does, and reads nothing of a slot no request holds, never
+    written or released (zeros out); a smaller step stays on SDPA."""
+    assert worst_error_interpreted(_SLOT_STEP_INTERPRETED) < 1e-5

@@ -60,13 +60,18 @@ class NoCrossStore:
 
 
 class SlotCross:
-    """A step's view of slot-held cross K/V: each [layers, B, H, S, D] views of the slot buffers."""
+    """A step's view of slot-held cross K/V: each [layers, B, H, S, D] views of the slot buffers. ``paged``, where
+    given, is the same slots as the paged kernel reads them with each idle slot's length 0: a one-query step on
+    the kernel reads only the live slots' K/V (a step's batch spans every slot below its highest live one)."""
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, paged: PagedCross | None = None) -> None:
         self.k = k
         self.v = v
+        self.paged = paged
 
     def attend(self, layer: int, q: torch.Tensor, *, use_kernel: bool = False) -> torch.Tensor:
+        if self.paged is not None and use_kernel and q.shape[2] == 1 and paged_attention.supported(q):
+            return self.paged.attend(layer, q, use_kernel=True)
         return sdpa(q, self.k[layer], self.v[layer])
 
     def keys(self, layer: int) -> torch.Tensor:
@@ -76,12 +81,23 @@ class SlotCross:
 class SlotCrossStore:
     """Fixed-length cross K/V, one row of every layer per slot.
 
-    Held as the model's dtype, a step reads the slots as they are, with SDPA. Held in e4m3 (``fmt.scaled``), each
-    slot is one block of the window's length, and steps read it as a paged cross-attention pool whose tables name
-    each row's own slot (``PagedCross``: the kernel scales the values as it reads them)."""
+    Held as the model's dtype, a step reads the slots as they are, with SDPA; a step of ``kernel_min_rows`` rows or
+    more reads them with the paged kernel instead, which skips the slots no request holds. Held in e4m3
+    (``fmt.scaled``), each slot is one block of the window's length, and steps read it as a paged cross-attention
+    pool whose tables name each row's own slot (``PagedCross``: the kernel scales the values as it reads them).
 
-    def __init__(self, spec: DecoderSpec, num_slots: int, fmt: KVFormat | torch.dtype, device: torch.device) -> None:
+    Why the kernel only from 64 rows (H100, ``scripts/bench_paged_attention.py --cross --fp16``, large-v3's 20
+    heads over 1,500 positions, one layer): at 4 rows SDPA takes 24 us and the kernel 64-112 us; at 64 rows with
+    every slot live SDPA 185 us, the kernel 195 us, and with half of them idle the kernel 123-140 us; at 256 rows
+    with half idle the kernel 430 us (SDPA reads all 256). A step's batch spans every slot below its highest live
+    one, so in a batch of long-form windows most slots go idle one by one while the longest window decodes."""
+
+    KERNEL_MIN_ROWS = 64
+
+    def __init__(self, spec: DecoderSpec, num_slots: int, fmt: KVFormat | torch.dtype, device: torch.device,
+                 kernel_min_rows: int = KERNEL_MIN_ROWS) -> None:
         self.spec = spec
+        self.kernel_min_rows = kernel_min_rows
         self.device = device
         self.format = as_format(fmt)
         self.window = spec.cross.max_len
@@ -90,6 +106,7 @@ class SlotCrossStore:
         self.v, self.v_scale = kv_zeros(self.format, *shape, device)
         self._own_slot = torch.arange(num_slots, device=device)[:, None]  # each row's table: its slot
         self._full = torch.full((num_slots,), self.window, dtype=torch.long, device=device)
+        self._live = torch.zeros(num_slots, dtype=torch.long, device=device)  # the window where a request holds it
 
     def _windows(self, cache: torch.Tensor) -> torch.Tensor:
         """[layers, slots * window, H, D] -> [layers, slots, window, H * D] (the same bytes)."""
@@ -104,13 +121,21 @@ class SlotCrossStore:
                           self.format.compute_dtype)
 
     def context(self, batch: int) -> SlotCross | PagedCross:
-        """Slots [0, batch) as a decode step reads them."""
+        """Slots [0, batch) as a decode step reads them; the kernel skips the idle ones."""
+        paged = self._paged(self._own_slot[:batch], self._live[:batch])
         if self.format.scaled:
-            return self._paged(self._own_slot[:batch], self._full[:batch])
-        return SlotCross(self._split(self._windows(self.k)[:, :batch]), self._split(self._windows(self.v)[:, :batch]))
+            return paged
+        return SlotCross(self._split(self._windows(self.k)[:, :batch]), self._split(self._windows(self.v)[:, :batch]),
+                         paged if batch >= self.kernel_min_rows else None)
 
     def release(self, slots: Sequence[int]) -> None:
-        pass  # a slot's K/V is overwritten by its next request
+        """The slots' K/V stays until their next request overwrites it; steps stop reading it now."""
+        (index,) = upload(self.device, list(slots))
+        self._live.index_fill_(0, index, 0)
+
+    def _hold(self, rows: tuple[EncodeRow, ...]) -> None:
+        (index,) = upload(self.device, _slots_and_owners(rows)[0])
+        self._live.index_fill_(0, index, self.window)
 
     def write(self, model, rows: tuple[EncodeRow, ...], hidden: torch.Tensor, lengths: Sequence[int]
               ) -> SlotCross | PagedCross:
@@ -119,6 +144,7 @@ class SlotCrossStore:
         Rows of one slot each in consecutive slots (every batch of a fresh engine, and most in steady state:
         slots are handed out lowest first) are projected straight into the slots; others through a scratch
         buffer and one copy. In e4m3, each layer's projection is rounded into every slot of its row."""
+        self._hold(rows)
         if self.format.scaled:
             return self._write_scaled(model, rows, hidden)
         first = [row.slots[0] for row in rows]
