@@ -30,12 +30,13 @@ declare -A RUNS=(
   [funasr_sensevoice]="python3 -m oasr.bench.funasr --arch sense-voice-small --num-utterances 1024 --device cuda"
   [realtime_alone]="python3 -m oasr.cli bench realtime --model tiny.en --sessions 64 --synthetic-seconds 8 --device cuda"
   [realtime_nemotron]="python3 -m oasr.cli bench realtime --nemotron-shape --sessions 256 --synthetic-seconds 8 --device cuda"
+  [realtime_nemotron_api4]="python3 -m oasr.cli bench realtime --nemotron-shape --sessions 256 --synthetic-seconds 8 --api-workers 4 --device cuda"
   [realtime_bulk]="python3 -m oasr.cli bench realtime --model tiny.en --sessions 64 --synthetic-seconds 8 --bulk-uploads 16 --device cuda"
   [voxtral]="python3 -m oasr.bench.voxtral --arch voxtral-mini-3b --num-utterances 1024 --output-tokens 32 --device cuda"
 )
 ORDER="longspeech_v3 longspeech_turbo ctc_lm ctc_lm_rows256 ctc_lm_eager ctc_lm_pruned diarization diarization_profile nemotron_stream
        nemotron_stream_profile paraformer_stream grpc_streams
-       funasr_paraformer funasr_sensevoice realtime_alone realtime_bulk realtime_nemotron voxtral"
+       funasr_paraformer funasr_sensevoice realtime_alone realtime_bulk realtime_nemotron realtime_nemotron_api4 voxtral"
 for name in ${ONLY:-$ORDER}; do
   command=${RUNS[$name]:?unknown run $name; known: $ORDER}
   echo "+ $command"

@@ -1,5 +1,6 @@
 """``oasr bench realtime`` end to end on CPU: a real ``oasr serve`` of tiny.en, two sessions of one JFK turn each,
-sent eight times faster than real time, one from each of two client processes. No timings are asserted, only the
+sent eight times faster than real time, one from each of two client processes, to a server of two HTTP worker
+processes (its histograms summed over both). No timings are asserted, only the
 run's structure and invariants: every turn completed, no errors, latencies non-negative and ordered, the audio the
 clients sent is what the server counted, and each completed transcript is the offline transcript of what the
 server heard. The server-histogram
@@ -18,7 +19,7 @@ import pytest
 
 import oasr
 from oasr.audio import load_audio
-from oasr.bench.realtime import histogram_quantile, main
+from oasr.bench.realtime import _serve_args, histogram_quantile, main, parse_args
 from test_realtime import as_served, pcm16_24k
 
 JFK = Path(oasr.__file__).parent / "assets" / "jfk.flac"
@@ -34,7 +35,8 @@ def run(tmp_path_factory) -> dict:
     out = folder / "run.json"
     status = main(["--model", "tiny.en", "--manifest", str(folder / "manifest.jsonl"), "--sessions",
                    str(NUM_SESSIONS), "--turns-per-session", str(NUM_TURNS), "--speed", "8", "--stagger-s", "0.2",
-                   "--warmup-sessions", "0", "--client-processes", "2", "--device", "cpu", "--dtype", "float32",
+                   "--warmup-sessions", "0", "--client-processes", "2", "--api-workers", "2", "--device", "cpu",
+                   "--dtype", "float32",
                    "--transcripts",
                    "--bulk-uploads", str(NUM_BULK), "--bulk-seconds", str(BULK_S),
                    "--json-out", str(out)])
@@ -48,7 +50,7 @@ def test_every_turn_completes_without_errors(run):
     assert run["clean"] is True
     assert run["errors"] == 0 and run["first_errors"] == []
     assert run["turns_started"] == run["turns_completed"] == run["turns_expected"] == expected
-    assert run["sessions_completed"] == NUM_SESSIONS and run["client_processes"] == 2
+    assert run["sessions_completed"] == NUM_SESSIONS and run["client_processes"] == 2 and run["api_workers"] == 2
     assert run["model_streams"] is False  # tiny.en transcribes a turn once it is committed
     assert run["server"]["completion_s"]["count"] == expected
     assert run["server"]["delta_s"]["count"] == 0  # only streamed deltas are observed there
@@ -109,3 +111,10 @@ def test_the_cli_routes_oasr_bench_realtime_to_its_own_arguments():
     out = subprocess.run([sys.executable, "-m", "oasr.cli", "bench", "realtime", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "oasr bench realtime" in out and "--nemotron-shape" in out and "--sessions" in out
+
+
+def test_the_server_is_started_with_the_api_workers_asked_for():
+    command = _serve_args(parse_args(["--api-workers", "3"]), "tiny.en", 8000)
+    assert command[command.index("--api-workers") + 1] == "3"
+    with pytest.raises(SystemExit):
+        parse_args(["--api-workers", "0"])

@@ -31,7 +31,9 @@ than the buckets). With ``--bulk-uploads N``, N clients post whole files
 (``--bulk-seconds`` of the clips repeated) throughout the measured load (``oasr.bench.bulk_uploads``), and
 ``bulk`` reports their answers. A clean run has no errors, no failed upload and every turn completed;
 ``pacing.fell_behind`` says whether any append went out more than one chunk period after its due time (then the
-client, not the server, set the pace).
+client, not the server, set the pace). ``--api-workers N`` serves the sessions from N HTTP worker processes
+sharing the one engine core (``oasr serve --api-workers``), so that one event loop does not carry every session's
+appends and deltas.
 """
 
 from __future__ import annotations
@@ -160,7 +162,8 @@ def _serve_args(args: argparse.Namespace, model: str, port: int) -> list[str]:
     return serve_command("--model", model, "--port", str(port), "--device", args.device, "--dtype", args.dtype,
                          "--max-queue", "4096", "--max-queue-per-client", "0", "--max-queue-per-key", "0",
                          "--realtime-max-sessions", str(sessions), "--max-streams", str(sessions),
-                         "--realtime-max-sessions-per-client", "0", "--realtime-max-sessions-per-key", "0")
+                         "--realtime-max-sessions-per-client", "0", "--realtime-max-sessions-per-key", "0",
+                         "--api-workers", str(args.api_workers))
 
 
 def bench(args: argparse.Namespace) -> dict:
@@ -228,6 +231,7 @@ def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord
         "model_streams": streams, "device": args.device, "sessions": plan.num_sessions,
         "turns_per_session": plan.num_turns, "duration_s": plan.duration_s, "chunk_ms": args.chunk_ms,
         "speed": plan.speed, "clips": len(plan.utterances), "client_processes": client_processes(args),
+        "api_workers": args.api_workers,
         "wall_s": round(wall_s, 3),
         "turns_started": len(turns), "turns_completed": len(done), "turns_expected": expected,
         "sessions_completed": sum(not r.errors and (expected is None or len(r.turns) == plan.num_turns)
@@ -279,6 +283,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--client-processes", type=int, default=None,
                    help=f"client processes the sessions are split over (default: one per "
                         f"{SESSIONS_PER_CLIENT_PROCESS} sessions; one loop with hundreds falls behind its pacing)")
+    p.add_argument("--api-workers", type=int, default=1,
+                   help="the server's HTTP worker processes (oasr serve --api-workers): its sessions spread over them")
     p.add_argument("--warmup-sessions", type=int, default=8, help="sessions of one turn each before measuring")
     p.add_argument("--turn-timeout-s", type=float, default=300.0, help="a turn not completed by then has failed")
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
@@ -293,6 +299,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.client_processes is not None and args.client_processes < 1:
         p.error("--client-processes must be at least 1")
+    if args.api_workers < 1:
+        p.error("--api-workers must be at least 1")
     if args.sessions < 1 or args.chunk_ms < 1 or args.speed <= 0 or args.stagger_s < 0:
         p.error("--sessions and --chunk-ms must be positive, --speed above 0, --stagger-s at least 0")
     if args.turns_per_session is not None and args.turns_per_session < 1:
