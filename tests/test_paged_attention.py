@@ -200,3 +200,32 @@ def test_a_window_slot_step_on_the_kernel_reads_the_live_slots_and_skips_the_idl
     attends each live slot as SDPA over the slots does, and reads nothing of a slot no request holds, never
     written or released (zeros out); a smaller step stays on SDPA."""
     assert worst_error_interpreted(_SLOT_STEP_INTERPRETED) < 1e-5
+
+
+def test_an_idle_slot_reads_zeros_on_the_torch_path_whatever_sdpa_gives_an_all_masked_row(monkeypatch) -> None:
+    """Some SDPA backends give NaN for a row whose every position is masked (an idle slot's, length 0); the torch
+    path gives zeros there, as the kernel does, so nothing NaN reaches the null block that live rows read masked.
+    The test's SDPA is the textbook softmax, NaN on an all-masked row."""
+    import oasr.engine.cross_cache as cross_cache
+    from oasr.engine.cross_cache import SlotCrossStore
+    from oasr.engine.step import EncodeRow
+    from oasr.layers.kv_format import KVFormat
+
+    def textbook(q, k, v, mask=None):
+        scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+        return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+    class Projector:
+        def cross_kv_into(self, hidden, k_out, v_out):
+            for layer, (k, v) in enumerate(zip(k_out, v_out, strict=True)):
+                k(hidden[0] * (layer + 1))
+                v(-hidden[0] * (layer + 1))
+
+    monkeypatch.setattr(cross_cache, "sdpa", textbook)
+    heads, dim, window = 2, 16, 6
+    spec = DecoderSpec(2, heads, heads, dim, 16, CrossSpec(max_len=window, fixed=True))
+    store = SlotCrossStore(spec, 3, KVFormat("fp8", torch.float32), torch.device("cpu"))
+    store.write(Projector(), (EncodeRow("a", (1,), ((),)),), torch.randn(1, window, heads * dim), [window])
+    out = store.context(3).attend(0, torch.randn(3, heads, 1, dim))
+    assert out[1].abs().sum() > 0 and torch.isfinite(out).all()
+    assert out[0].eq(0).all() and out[2].eq(0).all()

@@ -294,8 +294,9 @@ class AutoregressiveRunner:
         choices instead of their argmax, and the state of the rows their new beams extend."""
         state = self.state
         positions = state.positions[:batch]
-        # The paged kernel serves greedy steps only. Beam ticks (and prompts) attend through the torch path: with
-        # the kernel, one beam search on CUDA gave different tokens from run to run, for a reason not yet found.
+        # The paged self-attention kernel serves greedy steps only. Beam ticks (and prompts) attend through the torch
+        # path: with that kernel, one beam search on CUDA gave different tokens from run to run, for a reason not
+        # yet found. (Cross-attention is another kernel, read by beam ticks too: see cross_cache.py.)
         context = paged_context(self.pool, state.block_table[:batch, :num_blocks], positions[:, None],
                                 decode_kernel=beams is None)
         hidden = self.model.decode_hidden(state.tokens[:batch, None], positions[:, None], context,

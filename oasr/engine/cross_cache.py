@@ -237,7 +237,10 @@ class PagedCross:
         rows = self._rows()
         keys = kv_format.gather(self.k_pool[layer], k_scale, rows, self.block_size, q.dtype).transpose(1, 2)
         values = kv_format.gather(self.v_pool[layer], v_scale, rows, self.block_size, q.dtype).transpose(1, 2)
-        return sdpa(q, keys, values, mask=self._mask(rows.shape[1]))  # keys, values: [B, H, L, D]
+        out = sdpa(q, keys, values, mask=self._mask(rows.shape[1]))  # keys, values: [B, H, L, D]
+        # A row of length 0 (an idle slot) is all masked: zeros, as the kernel gives, where some SDPA backends give
+        # NaN (which the idle row's self-attention writes would carry into the null block live rows read masked).
+        return torch.where((self.lengths > 0)[:, None, None, None], out, torch.zeros_like(out))
 
     def keys(self, layer: int) -> torch.Tensor:
         k_scale, _ = self._scales(layer)
