@@ -1,6 +1,6 @@
 """``oasr bench realtime`` end to end on CPU: a real ``oasr serve`` of tiny.en, two sessions of one JFK turn each,
 sent eight times faster than real time, one from each of two client processes, to a server of two HTTP worker
-processes (its histograms summed over both). No timings are asserted, only the
+processes (its histograms summed over both) whose engine core is profiled. No timings are asserted, only the
 run's structure and invariants: every turn completed, no errors, latencies non-negative and ordered, the audio the
 clients sent is what the server counted, and each completed transcript is the offline transcript of what the
 server heard. The server-histogram
@@ -37,7 +37,7 @@ def run(tmp_path_factory) -> dict:
                    str(NUM_SESSIONS), "--turns-per-session", str(NUM_TURNS), "--speed", "8", "--stagger-s", "0.2",
                    "--warmup-sessions", "0", "--client-processes", "2", "--api-workers", "2", "--device", "cpu",
                    "--dtype", "float32",
-                   "--transcripts",
+                   "--transcripts", "--profile-core", str(folder / "core.prof"),
                    "--bulk-uploads", str(NUM_BULK), "--bulk-seconds", str(BULK_S),
                    "--json-out", str(out)])
     result = json.loads(out.read_text())
@@ -51,6 +51,7 @@ def test_every_turn_completes_without_errors(run):
     assert run["errors"] == 0 and run["first_errors"] == []
     assert run["turns_started"] == run["turns_completed"] == run["turns_expected"] == expected
     assert run["sessions_completed"] == NUM_SESSIONS and run["client_processes"] == 2 and run["api_workers"] == 2
+    assert len(run["core_profiles"]) == 1  # one engine core behind both workers, profiled as asked
     assert run["model_streams"] is False  # tiny.en transcribes a turn once it is committed
     assert run["server"]["completion_s"]["count"] == expected
     assert run["server"]["delta_s"]["count"] == 0  # only streamed deltas are observed there

@@ -191,3 +191,29 @@ def test_word_alignment_answers_its_client_with_offline_words_and_a_bad_one_fail
     assert (failed.call_id, failed.error_kind, failed.words) == (6, INTERNAL_ERROR, ())
     core.handle(AddRequest("after", DecodeOptions(), partial=False), jfk)
     assert deltas_of(run_until_idle(core), "after")[-1].finished
+
+
+def test_the_loop_writes_a_profile_of_its_steps_when_asked_and_nothing_otherwise(core, jfk, tmp_path, monkeypatch):
+    """``OASR_CORE_PROFILE``: the loop's cProfile statistics go to PATH.<pid> when it ends; they hold the engine's
+    step. Unset, the loop writes nothing."""
+    import os
+    import pstats
+
+    from oasr.hosting.loop import PROFILE_ENV, Envelope, QueueInbox, run_core
+
+    def run(request_id: str) -> list[CoreUpdate]:
+        inbox, delivered = QueueInbox(), []
+        inbox.put(Envelope(0, AddRequest(request_id, DecodeOptions(), partial=False), jfk))
+        run_core(core, inbox, lambda client, update: delivered.append(update), 1,
+                 keep_going=lambda: not any(d.finished for u in delivered for d in u.deltas))
+        return delivered
+
+    path = tmp_path / "core.prof"
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    run("plain")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(PROFILE_ENV, str(path))
+    delivered = run("profiled")
+    assert any(d.request_id == "profiled" and d.finished for u in delivered for d in u.deltas)
+    stats = pstats.Stats(str(tmp_path / f"core.prof.{os.getpid()}"))
+    assert any(name == "step_all" for (_, _, name) in stats.stats)

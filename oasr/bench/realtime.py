@@ -33,7 +33,8 @@ than the buckets). With ``--bulk-uploads N``, N clients post whole files
 ``pacing.fell_behind`` says whether any append went out more than one chunk period after its due time (then the
 client, not the server, set the pace). ``--api-workers N`` serves the sessions from N HTTP worker processes
 sharing the one engine core (``oasr serve --api-workers``), so that one event loop does not carry every session's
-appends and deltas.
+appends and deltas. ``--profile-core PATH`` runs the server's engine core loop under cProfile
+(``OASR_CORE_PROFILE``) and prints its busiest functions after the run.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from oasr.bench.bulk_uploads import beside_bulk, bulk_wav
 from oasr.bench.realtime_client import ENGINE_RATE, LoadPlan, SessionRecord, Utterance, run_load, utterance
 from oasr.bench.serve_load import manifest_rows, percentiles
 from oasr.bench.server_process import free_port, running_server, serve_command, tail
+from oasr.hosting.loop import PROFILE_ENV
 from oasr.models.catalogue import MODEL_HELP
 from oasr.devices import DEVICE_HELP, device_name
 
@@ -174,6 +176,8 @@ def bench(args: argparse.Namespace) -> dict:
     plan = _plan(args, f"ws://127.0.0.1:{port}/v1/realtime?intent=transcription", utterances)
     log_path = Path(tempfile.gettempdir()) / f"oasr-bench-realtime-{port}.log"
     env = {k: v for k, v in os.environ.items() if k != "OASR_API_KEY"}  # the bench sends no key
+    if args.profile_core is not None:
+        env[PROFILE_ENV] = str(args.profile_core)
     with contextlib.ExitStack() as stack:
         model = args.model
         if args.nemotron_shape:
@@ -204,10 +208,24 @@ def bench(args: argparse.Namespace) -> dict:
             records, wall_s = asyncio.run(run_load(plan, processes=processes))
         after = scrape(url)
     out = report(args, plan, records, wall_s, before, after)
+    if args.profile_core is not None:  # the server has stopped: its core wrote its statistics as its loop ended
+        out["core_profiles"] = print_profiles(args.profile_core)
     if bulk is not None:  # the uploads' own answers; a failed one makes the run unclean
         out["bulk"] = bulk.summary(args.bulk_uploads, args.bulk_seconds)
         out["clean"] = out["clean"] and not bulk.errors
     return out
+
+
+def print_profiles(path: Path, top: int = 30) -> list[str]:
+    """The core loops' statistics written to ``path``.<pid>: their busiest functions (own time) to stderr;
+    -> the files."""
+    import pstats
+
+    files = sorted(str(f) for f in path.parent.glob(f"{path.name}.*"))
+    for name in files:
+        print(f"== core profile {name}", file=sys.stderr)
+        pstats.Stats(name, stream=sys.stderr).sort_stats("tottime").print_stats(top)
+    return files
 
 
 def report(args: argparse.Namespace, plan: LoadPlan, records: list[SessionRecord], wall_s: float,
@@ -285,6 +303,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         f"{SESSIONS_PER_CLIENT_PROCESS} sessions; one loop with hundreds falls behind its pacing)")
     p.add_argument("--api-workers", type=int, default=1,
                    help="the server's HTTP worker processes (oasr serve --api-workers): its sessions spread over them")
+    p.add_argument("--profile-core", type=Path, default=None,
+                   help="profile the server's engine core loop (OASR_CORE_PROFILE): its statistics go to "
+                        "PROFILE_CORE.<pid>, and its busiest functions to stderr after the run")
     p.add_argument("--warmup-sessions", type=int, default=8, help="sessions of one turn each before measuring")
     p.add_argument("--turn-timeout-s", type=float, default=300.0, help="a turn not completed by then has failed")
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)

@@ -4,11 +4,19 @@ actor) runs ``run_core`` with an inbox of its own kind and a way to hand each cl
 Each iteration takes every message waiting now (a burst of requests joins the next step), tells the core of
 clients whose channel dropped, runs one engine step, and hands each client the update it has to hear. An idle core
 (nothing ready to step) waits for the next message, waking every ``IDLE_WAIT_S`` to see whether it should stop.
+
+With ``OASR_CORE_PROFILE=PATH`` in its environment (a spawned core process inherits the server's), the loop runs
+under cProfile and writes its statistics to ``PATH.<pid>`` when it ends, raised, returned or terminated
+(``python -m pstats`` reads them): where a core's time goes under a live load, host side.
 """
 
 from __future__ import annotations
 
+import cProfile
+import os
 import queue
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +28,7 @@ from oasr.hosting.core import EngineCore
 from oasr.hosting.protocol import CoreUpdate
 
 IDLE_WAIT_S = 0.5
+PROFILE_ENV = "OASR_CORE_PROFILE"
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,42 @@ def run_core(core: EngineCore, inbox: Inbox, deliver: Callable[[int, CoreUpdate]
              keep_going: Callable[[], bool] = lambda: True) -> None:
     """Runs ``core`` until a ``StopCore`` arrives or ``keep_going()`` turns False. Exceptions propagate: the host
     decides what a dead loop means (fail its clients, end its process)."""
+    path = os.environ.get(PROFILE_ENV)
+    if not path:
+        _loop(core, inbox, deliver, num_clients, keep_going)
+        return
+    target = f"{path}.{os.getpid()}"
+    profiler = cProfile.Profile()
+    restore = _dump_on_terminate(profiler, target)
+    profiler.enable()
+    try:
+        _loop(core, inbox, deliver, num_clients, keep_going)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(target)
+        restore()
+
+
+def _dump_on_terminate(profiler: cProfile.Profile, target: str) -> Callable[[], None]:
+    """A shared core process is stopped by SIGTERM (``SharedEngineCore.stop``), which runs no ``finally``: where
+    SIGTERM still does its default on this main thread, the profile is written first and the signal then does what
+    it did. -> a function that puts the default back."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+
+    def on_terminate(signum: int, frame: object) -> None:
+        profiler.disable()
+        profiler.dump_stats(target)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_terminate)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _loop(core: EngineCore, inbox: Inbox, deliver: Callable[[int, CoreUpdate], None], num_clients: int,
+          keep_going: Callable[[], bool]) -> None:
     trimmer = HeapTrimmer()  # requests' audio and results churn the heap; its free pages go back each second
     while keep_going():
         trimmer.maybe_trim()
