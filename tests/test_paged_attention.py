@@ -176,7 +176,7 @@ _SLOT_STEP_INTERPRETED = textwrap.dedent("""
     torch.manual_seed(4)
     layers, heads, dim, window = 2, 2, 16, 6
     spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=window, fixed=True))
-    store = SlotCrossStore(spec, 5, torch.float32, torch.device("cpu"), kernel_min_rows=5)
+    store = SlotCrossStore(spec, 5, torch.float32, torch.device("cpu"), kernel_min_head_rows=5 * heads)
     hidden = torch.randn(2, window, heads * dim)
     rows = (EncodeRow("a", (3,), ((),)), EncodeRow("b", (0, 4), ((), ())))  # slots: 0 b, 1 -, 2 -, 3 a, 4 b
     store.write(Projector(), rows, hidden, [window, window])
@@ -190,15 +190,15 @@ _SLOT_STEP_INTERPRETED = textwrap.dedent("""
             kernel = step.attend(layer, q, use_kernel=True)
             live = torch.tensor([s not in (1, 2) + released for s in range(5)])
             worst = max(worst, (kernel[live] - dense[live]).abs().max().item(), kernel[~live].abs().max().item())
-    assert store.context(4).paged is None  # below kernel_min_rows: SDPA over every slot
+    assert store.context(4).paged is None  # 4 rows x 2 heads, below kernel_min_head_rows: SDPA over every slot
     print(worst)
 """)
 
 
 def test_a_window_slot_step_on_the_kernel_reads_the_live_slots_and_skips_the_idle_ones() -> None:
-    """Whisper's fixed-window slots (float): a decode step of at least ``kernel_min_rows`` rows on the paged kernel
-    attends each live slot as SDPA over the slots does, and reads nothing of a slot no request holds, never
-    written or released (zeros out); a smaller step stays on SDPA."""
+    """Whisper's fixed-window slots (float): a decode step of at least ``kernel_min_head_rows`` rows x heads on the
+    paged kernel attends each live slot as SDPA over the slots does, and reads nothing of a slot no request holds,
+    never written or released (zeros out); a smaller step stays on SDPA."""
     assert worst_error_interpreted(_SLOT_STEP_INTERPRETED) < 1e-5
 
 

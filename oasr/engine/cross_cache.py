@@ -81,23 +81,25 @@ class SlotCross:
 class SlotCrossStore:
     """Fixed-length cross K/V, one row of every layer per slot.
 
-    Held as the model's dtype, a step reads the slots as they are, with SDPA; a step of ``kernel_min_rows`` rows or
-    more reads them with the paged kernel instead, which skips the slots no request holds. Held in e4m3
+    Held as the model's dtype, a step reads the slots as they are, with SDPA; a step whose rows times heads reach
+    ``kernel_min_head_rows`` reads them with the paged kernel instead, which skips the slots no request holds (the
+    kernel runs a program per row and head: fewer leave the GPU idle). Held in e4m3
     (``fmt.scaled``), each slot is one block of the window's length, and steps read it as a paged cross-attention
     pool whose tables name each row's own slot (``PagedCross``: the kernel scales the values as it reads them).
 
-    Why the kernel only from 64 rows (H100, ``scripts/bench_paged_attention.py --cross --fp16``, large-v3's 20
-    heads over 1,500 positions, one layer): at 4 rows SDPA takes 24 us and the kernel 64-112 us; at 64 rows with
-    every slot live SDPA 185 us, the kernel 195 us, and with half of them idle the kernel 123-140 us; at 256 rows
-    with half idle the kernel 430 us (SDPA reads all 256). A step's batch spans every slot below its highest live
-    one, so in a batch of long-form windows most slots go idle one by one while the longest window decodes."""
+    Why from 1,280 (H100, ``scripts/bench_paged_attention.py --cross --fp16``, 1,500 positions, one layer): at
+    large-v3's 20 heads, 4 rows take 24 us on SDPA and 64-112 us on the kernel; 64 rows with every slot live 185
+    us on SDPA and 195 us on the kernel, with half of them idle 123-140 us on the kernel; 256 rows with half idle
+    430 us on the kernel (SDPA reads all 256). At tiny's 6 heads, 64 rows take 66 us on SDPA and 122 us on the
+    kernel. A step's batch spans every slot below its highest live one, so in a batch of long-form windows most
+    slots go idle one by one while the longest window decodes."""
 
-    KERNEL_MIN_ROWS = 64
+    KERNEL_MIN_HEAD_ROWS = 1280  # 64 rows of large-v3's 20 heads
 
     def __init__(self, spec: DecoderSpec, num_slots: int, fmt: KVFormat | torch.dtype, device: torch.device,
-                 kernel_min_rows: int = KERNEL_MIN_ROWS) -> None:
+                 kernel_min_head_rows: int = KERNEL_MIN_HEAD_ROWS) -> None:
         self.spec = spec
-        self.kernel_min_rows = kernel_min_rows
+        self.kernel_min_head_rows = kernel_min_head_rows
         self.device = device
         self.format = as_format(fmt)
         self.window = spec.cross.max_len
@@ -126,7 +128,7 @@ class SlotCrossStore:
         if self.format.scaled:
             return paged
         return SlotCross(self._split(self._windows(self.k)[:, :batch]), self._split(self._windows(self.v)[:, :batch]),
-                         paged if batch >= self.kernel_min_rows else None)
+                         paged if batch * self.spec.num_kv_heads >= self.kernel_min_head_rows else None)
 
     def release(self, slots: Sequence[int]) -> None:
         """The slots' K/V stays until their next request overwrites it; steps stop reading it now."""
