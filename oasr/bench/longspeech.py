@@ -43,8 +43,9 @@ for large-v3 on an H100 and under 2 for turbo, most of it building the random mo
 runs (``--peer none``: under a minute). ``--kv-cache-dtype fp8`` holds OASR's K/V, the cross-attention's included,
 in e4m3 (decode reads half the bytes). ``--compile-encoder`` times OASR's encoder compiled (not what
 ``oasr.transcribe`` does by default). ``--profile`` then runs OASR's side under torch's profiler, the workload and
-its one-token version, tables to stderr. On an 80 GB card give OASR less than the engine's default 40 % of free memory (``--memory-gib 24``) so
-that transformers' batch of 128 (its cross-attention caches alone 31 GB at large-v3) still fits.
+its one-token version, tables to stderr. On an 80 GB card give OASR less than the engine's default 40 % of free
+memory (``--memory-gib 24``) so that transformers' batch of 128 (its cross-attention caches alone 31 GB at
+large-v3) still fits.
 
 The JSON goes to stdout, each timed run to stderr as it comes.
 """
