@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from aed_reference import audio_batch, make_canary_checkpoint, make_cohere_checkpoint
+from cross_projector import Projector
 from oasr.audio import load_audio
 from oasr.bench.wer import word_error_rate
 from oasr.engine.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -171,19 +172,6 @@ _INTERPRETED = textwrap.dedent("""
 
 def test_the_kernels_over_e4m3_pools_equal_their_references_in_the_interpreter() -> None:
     assert worst_error_interpreted(_INTERPRETED) < 1e-5
-
-
-class Projector:
-    """cross_kv_into of a model whose K and V are its hidden states, scaled per layer (either output form)."""
-
-    def cross_kv_into(self, hidden, k_out, v_out):
-        for layer in range(len(k_out)):
-            for out, sign in ((k_out[layer], 1), (v_out[layer], -1)):
-                projected = hidden * sign * (layer + 1)
-                if isinstance(out, torch.Tensor):
-                    out.copy_(projected)
-                else:
-                    out(projected.flatten(0, 1))
 
 
 def dense_rounded(hidden: torch.Tensor, layers: int, heads: int, dim: int) -> DenseCross:

@@ -4,6 +4,7 @@ native on CUDA), and the reference against the engine's general torch path."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import torch
 from oasr.engine.kv_cache import PagedKVPool, paged_context
 from oasr.models.base import CrossSpec, DecoderSpec
 from oasr.kernels.paged_attention import paged_decode_attention, paged_decode_attention_reference
+from cross_projector import Projector
 from test_kernels import worst_error_interpreted
 
 _INTERPRETED = textwrap.dedent("""
@@ -131,12 +133,6 @@ def test_paged_cross_reads_what_dense_cross_attention_reads(kv_cache_dtype: str)
     from oasr.layers.cache import DenseCross
     from oasr.layers.kv_format import KVFormat, dequantize_heads, quantize_heads
 
-    class Projector:  # cross_kv_into of a model whose K and V are the hidden states, scaled
-        def cross_kv_into(self, hidden, k_out, v_out):
-            for layer in range(k_out.shape[0]):
-                k_out[layer].copy_(hidden * (layer + 1))
-                v_out[layer].copy_(-hidden * (layer + 1))
-
     torch.manual_seed(2)
     layers, heads, dim, block = 2, 2, 4, 4
     spec = DecoderSpec(layers, heads, heads, dim, 16, CrossSpec(max_len=12, fixed=False))
@@ -161,17 +157,15 @@ def test_paged_cross_reads_what_dense_cross_attention_reads(kv_cache_dtype: str)
     assert store.lengths[3] == 0 and store.table[3].eq(0).all()
 
 
-_SLOT_STEP_INTERPRETED = textwrap.dedent("""
+_SLOT_STEP_INTERPRETED = textwrap.dedent(f"""
+    import sys
     import torch
     from oasr.engine.cross_cache import SlotCrossStore
     from oasr.engine.step import EncodeRow
     from oasr.models.base import CrossSpec, DecoderSpec
 
-    class Projector:  # cross_kv_into of a model whose K and V are the hidden states, scaled
-        def cross_kv_into(self, hidden, k_out, v_out):
-            for layer in range(k_out.shape[0]):
-                k_out[layer].copy_(hidden * (layer + 1))
-                v_out[layer].copy_(-hidden * (layer + 1))
+    sys.path.insert(0, {str(Path(__file__).parent)!r})
+    from cross_projector import Projector
 
     torch.manual_seed(4)
     layers, heads, dim, window = 2, 2, 16, 6
@@ -214,12 +208,6 @@ def test_an_idle_slot_reads_zeros_on_the_torch_path_whatever_sdpa_gives_an_all_m
     def textbook(q, k, v, mask=None):
         scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
         return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v
-
-    class Projector:
-        def cross_kv_into(self, hidden, k_out, v_out):
-            for layer, (k, v) in enumerate(zip(k_out, v_out, strict=True)):
-                k(hidden[0] * (layer + 1))
-                v(-hidden[0] * (layer + 1))
 
     monkeypatch.setattr(cross_cache, "sdpa", textbook)
     heads, dim, window = 2, 16, 6
