@@ -93,10 +93,10 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    "the attention decoder's log-probability + (1 - W) x the CTC score, W in [0, 1] (default 0.5)")
     p.add_argument("--beam-size-token", type=int, default=None, metavar="N",
                    help="with --lm or --lexicon: per frame, only the N likeliest tokens start or extend a word "
-                   "(flashlight's beam_size_token; default: every token)")
+                   "(flashlight's beam_size_token; default 16, NeMo's; a number >= the vocabulary: every token)")
     p.add_argument("--beam-threshold", type=float, default=None, metavar="T",
                    help="with --lm or --lexicon: drop candidates scoring below the frame's best minus T "
-                   "(flashlight's beam_threshold, natural-log units; default 50, inf: none)")
+                   "(flashlight's beam_threshold, natural-log units; default 20, NeMo's; inf: none)")
     p.add_argument("--decoding-graph", default=None, metavar="FILE",
                    help="CTC models: decode over this OpenFst graph (an HLG.fst / TLG.fst, tokens in, words out; "
                    "pip install 'oasr[wfst]') instead of greedily; not with --beam-size, --lm or --hotwords")

@@ -96,10 +96,11 @@ def check_lm_options(beam_size: int | None, lm: str | None, lexicon: str | None,
 
 
 def check_pruning(beam_size_token: int | None, beam_threshold: float | None) -> None:
-    """The word-level search's pruning knobs (flashlight's beamSizeToken and beamThreshold; None: the default)."""
+    """The word-level search's pruning knobs (flashlight's beamSizeToken and beamThreshold). On a request
+    (DecodeOptions) None takes the default; on LexiconBeamOptions a None token beam means every token."""
     if beam_size_token is not None and (isinstance(beam_size_token, bool) or not isinstance(beam_size_token, int)
                                         or beam_size_token < 1):
-        raise ValueError(f"beam_size_token must be an integer >= 1 (or None: every token), got {beam_size_token!r}")
+        raise ValueError(f"beam_size_token must be an integer >= 1 (or None), got {beam_size_token!r}")
     if beam_threshold is not None and not beam_threshold >= 0:  # NaN fails too
         raise ValueError(f"beam_threshold must be >= 0 (inf: no threshold), got {beam_threshold}")
 

@@ -4,6 +4,7 @@ flashlight (the LM is an ARPA file the search reads into device tables), so the 
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 
@@ -25,14 +26,16 @@ def churn_allocator(device: torch.device) -> None:
         _ = [torch.full((n,), 2**40, dtype=torch.long, device=device) for n in (*range(1, 2048), 4096, 32768)]
 
 
-def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
+def frame_graphs_equal_eager(device: torch.device, tmp_path: Path, *, compile_frames: bool = False,
+                             num_cases: int = 6) -> None:
     """One LexiconFrameGraphs object over searches of several batch sizes (sharing buckets, so its buffers are
     reused and reset) and lengths (not multiples of its window): every result equals the eager frames', also when
-    the allocator has handed out freed memory between a graph's capture and its replays."""
+    the allocator has handed out freed memory between a graph's capture and its replays, and with the frames
+    compiled (``compile_frames``)."""
     rng = random.Random(1)
     vocab, blank = 21, 20
     lexicon, arpa = random_lexicon_and_lm(tmp_path, rng, blank)
-    graphs = LexiconFrameGraphs(frames_per_graph=4, max_graphs=3)
+    graphs = LexiconFrameGraphs(frames_per_graph=4, max_graphs=3, compile_frames=compile_frames)
     sides = {True: DeviceHistories(ArpaTables.read(arpa).to(device), lexicon.words, device),
              False: DeviceHistories(None, lexicon.words, device)}
     trie = LexiconTrie.build(lexicon, vocab, device)
@@ -42,7 +45,7 @@ def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
     # three.
     cases = [(3, 2, None, True, 1.0, 0.5, 50.0), (5, 2, None, False, 1.0, 0.5, 50.0), (8, 4, 4, True, 1.0, 0.5, 50.0),
              (2, 4, 4, True, 3.0, -1.0, 4.0), (9, 2, None, True, 1.0, 0.5, 50.0), (3, 4, None, False, 0.5, 1.5, 8.0)]
-    for case, (rows, beam, token_beam, with_lm, lm_weight, word_bonus, threshold) in enumerate(cases):
+    for case, (rows, beam, token_beam, with_lm, lm_weight, word_bonus, threshold) in enumerate(cases[:num_cases]):
         frames = rng.randint(3, 23)
         torch.manual_seed(case)
         logits = torch.randn(rows, frames, vocab) * 3.0
@@ -55,11 +58,11 @@ def frame_graphs_equal_eager(device: torch.device, tmp_path: Path) -> None:
         churn_allocator(device)
         assert search.run(lp, lengths, graphs) == eager, ("replayed after the allocator moved on", case)
         if case == 3:  # the graph case 2 captured, read with case 3's weights: they change this result
-            case_2 = LexiconBeamOptions(4, 1.0, 0.5, beam_size_token=4)
+            case_2 = LexiconBeamOptions(4, 1.0, 0.5, beam_size_token=4, beam_threshold=50.0)
             assert LexiconBeamSearch(trie, sides[with_lm], blank, case_2).run(lp, lengths) != eager
         words_seen += sum(map(len, eager[1]))
     assert words_seen > 20, "no words: the comparison could not fail"
-    assert len(graphs._graphs) == 3  # more keys than that were met (rows buckets, options): the oldest went
+    assert len(graphs._graphs) == min(3, num_cases)  # more keys than that were met (rows buckets, options): the oldest went
 
 
 def test_frame_graphs_equal_the_eager_frames(tmp_path) -> None:
@@ -71,3 +74,40 @@ def test_frame_graphs_equal_the_eager_frames_on_cuda(tmp_path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     frame_graphs_equal_eager(torch.device("cuda"), tmp_path)
+
+
+def test_compiled_frames_equal_the_eager_frames(tmp_path) -> None:
+    """The frame through torch.compile (on the CPU: one shape, so one compilation, with and without the LM) gives
+    the eager frames' result."""
+    frame_graphs_equal_eager(torch.device("cpu"), tmp_path, compile_frames=True, num_cases=2)
+
+
+@pytest.mark.gpu
+def test_compiled_frame_graphs_equal_the_eager_frames_on_cuda(tmp_path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    frame_graphs_equal_eager(torch.device("cuda"), tmp_path, compile_frames=True)
+
+
+def test_a_frame_that_cannot_be_compiled_runs_eagerly(tmp_path, caplog) -> None:
+    """A compilation that fails (here: a compiled frame that raises) leaves the search to eager frames, with a
+    warning; the search's result is the eager one and later captures do not try again."""
+    rng = random.Random(3)
+    lexicon, arpa = random_lexicon_and_lm(tmp_path, rng, 20)
+    device = torch.device("cpu")
+    search = LexiconBeamSearch(LexiconTrie.build(lexicon, 21, device),
+                               DeviceHistories(ArpaTables.read(arpa).to(device), lexicon.words, device), 20,
+                               LexiconBeamOptions(4, 1.0, 0.5, beam_size_token=None, beam_threshold=50.0))
+    torch.manual_seed(0)
+    lp = (torch.randn(3, 9, 21) * 3.0).log_softmax(-1)
+    lengths = torch.tensor([9, 5, 7])
+    graphs = LexiconFrameGraphs(frames_per_graph=4, compile_frames=True)
+
+    def broken(*args):
+        raise RuntimeError("no compiler here")
+
+    graphs._advance = broken
+    with caplog.at_level(logging.WARNING, logger="oasr.decode.ctc_lexicon_graphs"):
+        assert search.run(lp, lengths, graphs) == search.run(lp, lengths)
+    assert "could not be compiled" in caplog.text
+    assert graphs._advance is not broken

@@ -28,14 +28,11 @@ same values as ``--lm-weight``/``--word-bonus`` but weigh natural-log scores and
 its words differ: it is a speed reference, not a parity check (tests/test_ctc_lm.py checks parity against
 flashlight-text). The timed OASR runs are whole-engine (features, encoder, search) for both greedy and beam.
 
-OASR's search prunes as flashlight's LexiconDecoder does, with ``--beam-threshold`` (default 50, torchaudio's) and
-``--beam-size-token`` (default: every token) passed to it as they are; pyctcdecode keeps its own defaults (it
-skips tokens below log-prob -5 and drops beams 10 below the best). Closer to that pruning, in one run::
-
-    PYTHONPATH=$PWD:$PWD/wheels/kenlm:$PWD/wheels/pyctc/pyctcdecode-0.5.0-py2.py3-none-any.whl:\
-$PWD/wheels/pyctc/pygtrie-2.6.2-py3-none-any.whl \
-        python -m oasr.bench.ctc_lm --arch parakeet-ctc-1.1b --num-utterances 1024 --device cuda --rounds 1 \
-        --beam-size-token 16 --beam-threshold 10
+OASR's search prunes as flashlight's LexiconDecoder does, with ``--beam-size-token`` and ``--beam-threshold``
+passed to it as they are; unset, the engine's defaults apply (16 tokens and 20, NeMo's). torchaudio's defaults
+(every token, 50) are ``--beam-size-token 100000 --beam-threshold 50``. pyctcdecode keeps its own defaults (it
+skips tokens below log-prob -5 and drops beams 10 below the best). On CUDA the search's frame is compiled
+(``--no-compile-word-beam`` runs it as captured eager kernels); the warm-up round pays the compilation.
 
 The tokenizer is a Metaspace unigram vocabulary whose words are spelled by one word-start piece and zero to two
 continuation pieces, so the lexicon's words take 1-3 tokens as BPE words do. The 3-gram ARPA file is counted from a
@@ -197,14 +194,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--lm-weight", type=float, default=0.5)
     parser.add_argument("--word-bonus", type=float, default=1.0)
     parser.add_argument("--beam-size-token", type=int, default=None,
-                        help="OASR's beam: per frame, only the N likeliest tokens start lexicon moves (default all)")
+                        help="OASR's beam: per frame, only the N likeliest tokens start lexicon moves (default: the "
+                             "engine's, 16)")
     parser.add_argument("--beam-threshold", type=float, default=None,
-                        help="OASR's beam: drop candidates below the frame's best minus this (default 50)")
+                        help="OASR's beam: drop candidates below the frame's best minus this (default: the engine's, 20)")
     parser.add_argument("--num-words", type=int, default=5000, help="lexicon (= LM unigram) size")
     parser.add_argument("--num-sentences", type=int, default=20000, help="sentences the 3-gram LM is counted from")
     parser.add_argument("--max-encode-rows", type=int, default=64)
     parser.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                         help="replay decode steps (the word beam's frames among them) as CUDA graphs")
+    parser.add_argument("--compile-word-beam", action=argparse.BooleanOptionalAction, default=True,
+                        help="torch.compile the word beam's frame before it is captured (CUDA graphs only); the "
+                             "warm-up round pays the compilation")
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     parser.add_argument("--pyctcdecode-clips", type=int, default=256)
     parser.add_argument("--cpu-workers", type=int, default=os.cpu_count() or 1)
@@ -233,7 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
                             max_num_seqs=256, max_encode_rows=args.max_encode_rows,
                             # 20 s of audio is 2001 feature frames: the cap never splits a batch of max rows.
                             max_encoder_frames=args.max_encode_rows * 2001),
-                            runner=RunnerConfig(cuda_graphs=args.cuda_graphs))),
+                            runner=RunnerConfig(cuda_graphs=args.cuda_graphs,
+                                                compile_word_beam=args.compile_word_beam))),
                         options=DecodeOptions)
     result = {"arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
               "audio_seconds": round(audio_s, 1), **result}
@@ -283,6 +285,7 @@ def _bench(args, loaded, audio, arpa: Path, tokenizer_file: Path, *, engine_fact
     return {
         "beam_size": args.beam_size, "beam_size_token": args.beam_size_token, "beam_threshold": args.beam_threshold,
         "max_encode_rows": args.max_encode_rows, "cuda_graphs": args.cuda_graphs,
+        "compile_word_beam": args.compile_word_beam,
         "lm": {"order": 3, "words": len(lexicon), "bytes": arpa.stat().st_size},
         "greedy": {"seconds": round(greedy_s, 3), "audio_seconds_per_second": round(audio_s / greedy_s, 1),
                    "rounds": [round(t, 3) for t in greedy_times]},

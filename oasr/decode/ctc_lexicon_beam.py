@@ -51,8 +51,11 @@ from oasr.types import check_pruning
 _NEG_INF = float("-inf")
 # The bound-based pruning compares sums computed in different orders: keep what lies within this of the bar.
 _ROUNDING_SLACK = 1e-6
-# torchaudio's ctc_decoder default, in the emissions' natural-log units.
-DEFAULT_BEAM_THRESHOLD = 50.0
+# NeMo's defaults for flashlight's decoder over its CTC models (its FlashlightConfig): the 16 likeliest tokens a
+# frame, and a threshold in the emissions' natural-log units. torchaudio's ctc_decoder defaults to every token and
+# 50; either pair can be asked for.
+DEFAULT_BEAM_SIZE_TOKEN = 16
+DEFAULT_BEAM_THRESHOLD = 20.0
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class LexiconBeamOptions:
     lm_weight: float = 0.0  # weight of the language model's log10 probabilities
     word_bonus: float = 0.0  # added per emitted word
     # Per frame, only this many likeliest tokens start lexicon moves (flashlight's beamSizeToken); None: all.
-    beam_size_token: int | None = None
+    beam_size_token: int | None = DEFAULT_BEAM_SIZE_TOKEN
     # Candidates below the frame's best minus this are dropped before merging (flashlight's beamThreshold);
     # math.inf keeps every candidate (the beam alone prunes).
     beam_threshold: float = DEFAULT_BEAM_THRESHOLD
@@ -419,13 +422,14 @@ class WordResources:
     """A lexicon and the language model, if any, loaded once (an ARPA file as tables, a binary one through KenLM);
     the lexicon's trie and the tables are moved to a device the first time a search there needs them."""
 
-    def __init__(self, lexicon: Lexicon, lm: ArpaTables | NGramLM | None, *, cuda_graphs: bool = True) -> None:
+    def __init__(self, lexicon: Lexicon, lm: ArpaTables | NGramLM | None, *, cuda_graphs: bool = True,
+                 compile_frames: bool = False) -> None:
         self.lexicon = lexicon
         self.lm = lm
         self._tries: dict[tuple[int, str], LexiconTrie] = {}
         self._histories: dict[str, DeviceHistories] = {}
         # Searches on CUDA replay their frames as graphs, which hold this resource's tries and tables.
-        self.frame_graphs = LexiconFrameGraphs() if cuda_graphs else None
+        self.frame_graphs = LexiconFrameGraphs(compile_frames=compile_frames) if cuda_graphs else None
 
     def trie(self, vocab_size: int, device: torch.device) -> LexiconTrie:
         key = (vocab_size, str(device))
@@ -461,9 +465,10 @@ class WordResourceCache:
     """The lexicons and language models one runner has loaded, by (lm, lexicon) path: loading a large LM takes
     seconds, so every request naming the same files shares one copy."""
 
-    def __init__(self, tokenizer: Spelling, *, cuda_graphs: bool = True) -> None:
+    def __init__(self, tokenizer: Spelling, *, cuda_graphs: bool = True, compile_frames: bool = False) -> None:
         self.tokenizer = tokenizer
         self.cuda_graphs = cuda_graphs
+        self.compile_frames = compile_frames  # torch.compile the frames the graphs capture
         self._loaded: dict[tuple[str | None, str | None], WordResources] = {}
 
     def get(self, lm_path: str | None, lexicon_path: str | None) -> WordResources:
@@ -478,7 +483,8 @@ class WordResourceCache:
                 raise DecodingResourceError(f"{lm_path} is a binary language model: give a lexicon (one word a line)")
             if not lexicon.words:
                 raise DecodingResourceError("the lexicon holds no word the model's tokenizer can spell")
-            self._loaded[key] = WordResources(lexicon, lm, cuda_graphs=self.cuda_graphs)
+            self._loaded[key] = WordResources(lexicon, lm, cuda_graphs=self.cuda_graphs,
+                                               compile_frames=self.compile_frames)
         return self._loaded[key]
 
 

@@ -11,11 +11,17 @@ One graph per (rows bucket, vocabulary, the options that shape the frame's tenso
 the word resources the search belongs to: the graph holds the addresses of their trie and language-model tables.
 The weights (LM weight, word bonus, threshold) are device scalars the graph reads, copied in from each search, so
 requests with their own weights share a graph. At most ``max_graphs`` are kept, the oldest dropped first.
+
+With ``compile_frames`` a frame runs through ``torch.compile`` before it is captured: its few hundred operations
+become a few dozen fused kernels, which is what a replayed frame's time is made of. The first capture pays the
+compilation (seconds to tens of seconds; torch keeps compiled kernels on disk for the next process), and its
+result is the eager frame's (the test compares them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
@@ -23,6 +29,8 @@ from typing import Any, Protocol
 import torch
 
 from oasr.decode.base import power_of_two_bucket
+
+log = logging.getLogger(__name__)
 
 DEFAULT_FRAMES_PER_GRAPH = 8
 DEFAULT_MAX_GRAPHS = 32
@@ -65,10 +73,19 @@ class _Captured:
     search: FrameSearch  # keeps the captured tensors' owners alive
 
 
+def _advance(search: FrameSearch, hyps: Any, frame: torch.Tensor, layout: Any,
+             active: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One frame of ``search``: what ``torch.compile`` traces. Searches of one shape share its compilation (their
+    trie, tables and weights are its tensor inputs, not constants)."""
+    return search.advance(hyps, frame, layout, active)
+
+
 class LexiconFrameGraphs:
-    def __init__(self, frames_per_graph: int = DEFAULT_FRAMES_PER_GRAPH, max_graphs: int = DEFAULT_MAX_GRAPHS) -> None:
+    def __init__(self, frames_per_graph: int = DEFAULT_FRAMES_PER_GRAPH, max_graphs: int = DEFAULT_MAX_GRAPHS, *,
+                 compile_frames: bool = False) -> None:
         self.frames_per_graph = frames_per_graph
         self.max_graphs = max_graphs
+        self._advance = torch.compile(_advance, dynamic=False) if compile_frames else _advance
         self._graphs: dict[tuple, _Captured] = {}
         self._pool: Any = None
 
@@ -121,8 +138,8 @@ class LexiconFrameGraphs:
 
         def frames() -> None:
             for step in range(f):
-                after, parent, token, word = search.advance(hyps, window[:, step].double(), layout,
-                                                            frame_index + step < lengths)
+                after, parent, token, word = self._advance(search, hyps, window[:, step].double(), layout,
+                                                           frame_index + step < lengths)
                 for field in dataclasses.fields(hyps):
                     getattr(hyps, field.name).copy_(getattr(after, field.name))
                 for buffer, value in zip(out, (parent, token, word), strict=True):
@@ -130,11 +147,12 @@ class LexiconFrameGraphs:
             frame_index.add_(f)
 
         if device.type != "cuda":
+            self._warm_up(frames)  # as on CUDA: a frame that cannot be compiled is found here
             return _Captured(frames, frames, hyps, start, window, lengths, frame_index, *out, search)
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):  # warm-up: lazy initialisation must not happen during capture
-            frames()
+        with torch.cuda.stream(stream):  # warm-up: lazy initialisation (and compilation) must not happen in capture
+            self._warm_up(frames)
         torch.cuda.current_stream(device).wait_stream(stream)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
@@ -142,3 +160,16 @@ class LexiconFrameGraphs:
         with torch.cuda.graph(graph, pool=self._pool):
             frames()
         return _Captured(graph.replay, frames, hyps, start, window, lengths, frame_index, *out, search)
+
+    def _warm_up(self, frames: Callable[[], None]) -> None:
+        """Runs ``frames`` once. Where the compiled frame cannot be built here (no compiler toolchain, an inductor
+        error), this object goes on with eager frames: slower, the same result, and the request is not lost."""
+        try:
+            frames()
+        except Exception as e:  # what a failed compilation raises varies with torch's version and backend
+            if self._advance is _advance:
+                raise
+            log.warning("the word beam's frame could not be compiled (%s: %s); its frames run eagerly",
+                        type(e).__name__, e)
+            self._advance = _advance
+            frames()

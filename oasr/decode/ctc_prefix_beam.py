@@ -22,7 +22,8 @@ from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.back_pointers import follow_back_pointers
 from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel, greedy_ids
-from oasr.decode.ctc_lexicon_beam import DEFAULT_BEAM_THRESHOLD, CTCLexiconBeam, LexiconBeamOptions, WordResources
+from oasr.decode.ctc_lexicon_beam import (DEFAULT_BEAM_SIZE_TOKEN, DEFAULT_BEAM_THRESHOLD, CTCLexiconBeam,
+                                          LexiconBeamOptions, WordResources)
 from oasr.types import Hotword
 from oasr.decode.hotwords import ContextGraph, ContextGraphCache
 from oasr.decode.pending import LaunchesEagerly
@@ -233,7 +234,8 @@ class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
         options = LexiconBeamOptions(beam_size=beam_size,
                                      lm_weight=DEFAULT_LM_WEIGHT if lm_weight is None else lm_weight,
                                      word_bonus=0.0 if word_bonus is None else word_bonus,
-                                     beam_size_token=beam_size_token, beam_threshold=threshold)
+                                     beam_size_token=DEFAULT_BEAM_SIZE_TOKEN if beam_size_token is None
+                                     else beam_size_token, beam_threshold=threshold)
         return CTCLexiconBeam(resources, options)
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:

@@ -62,6 +62,10 @@ class RunnerConfig:
     # torch.compile the encoder (CUDA only): fused elementwise work, one compilation for every batch size; the
     # first encode walk pays the compilation (tens of seconds for large shapes).
     compile_encoder: bool = False
+    # torch.compile the word-level CTC beam's frame before its CUDA graphs capture it (oasr.decode.
+    # ctc_lexicon_graphs): fused kernels in place of a few hundred small ones, 1.8x faster searches on an H100; the
+    # first search of each rows bucket pays the compilation (seconds; falls back to eager frames if it fails).
+    compile_word_beam: bool = True
     batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS
 
 

@@ -126,7 +126,8 @@ class FrameSyncRunner:
         beam = self.capabilities.beam_strategy
         self._beam_strategy = DECODE_STRATEGIES.get(beam) if beam is not None else None
         # Lexicons and language models that requests name, loaded at their first request's admission.
-        self._words = WordResourceCache(loaded.tokenizer, cuda_graphs=use_graphs)
+        self._words = WordResourceCache(loaded.tokenizer, cuda_graphs=use_graphs,
+                                        compile_frames=use_graphs and config.runner.compile_word_beam)
         self._contexts = ContextGraphCache(loaded.tokenizer.encode)  # hotword automata, by list
         graph = self.capabilities.graph_strategy
         self._graph_strategy = DECODE_STRATEGIES.get(graph) if graph is not None else None
