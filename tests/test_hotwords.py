@@ -4,6 +4,7 @@ CLI and the server's form."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,26 @@ def test_the_automaton_pays_per_token_takes_back_broken_matches_and_banks_whole_
     assert float(graph.pending[after_34]) == 4.0
     assert float(graph.gain[after_34, 6]) == pytest.approx(-4.0 + 1.0 + 1.0)
     assert int(graph.next_state[after_34, 6]) == 0
+
+
+def test_the_host_automaton_tells_the_boost_a_walk_keeps_and_holds_open() -> None:
+    """Random phrases and token sequences: the table walk's gains are the host automaton's kept boost (whole
+    phrases) plus its open boost (the match still going), and the open boost is the table's pending."""
+    rng = random.Random(5)
+    for _ in range(50):
+        phrases = [(tuple(rng.randrange(6) for _ in range(rng.randint(1, 4))), rng.choice([0.5, 1.0, 2.5]))
+                   for _ in range(rng.randint(1, 4))]
+        graph = ContextGraph.build(phrases, vocab_size=6)
+        tokens = [rng.randrange(6) for _ in range(rng.randint(0, 20))]
+        state, total = 0, 0.0
+        for token in tokens:
+            total += float(graph.gain[state, token])
+            state = int(graph.next_state[state, token])
+        assert graph.host.open_boost(tokens) == pytest.approx(float(graph.pending[state]))
+        assert graph.host.kept_boost(tokens) + graph.host.open_boost(tokens) == pytest.approx(total)
+    graph = ContextGraph.build([((3, 4, 5), 2.0), ((4, 6), 1.0)], vocab_size=8)
+    assert graph.host.kept_boost((3, 4, 7, 3, 4, 5, 4, 6)) == 8.0  # both phrases whole: 3 x 2 + 2 x 1
+    assert (graph.host.kept_boost((5, 3, 4)), graph.host.open_boost((5, 3, 4))) == (0.0, 4.0)
 
 
 def test_hotword_lists_parse_inline_and_from_a_file(tmp_path) -> None:
@@ -110,9 +131,10 @@ def test_hotwords_are_refused_where_no_search_takes_them(loaded, capsys) -> None
     model, directory = loaded
     with pytest.raises(UnsupportedOptionError, match="give beam_size too"):  # its hotwords steer its search
         oasr.transcribe(JFK, model, hotwords="the")
-    whisper = capabilities_of(WhisperForConditionalGeneration)
-    with pytest.raises(UnsupportedOptionError, match="option hotwords"):
-        check_options(whisper, DecodeOptions(beam_size=2, hotwords=(Hotword("x"),)), "whisper")
+    whisper = capabilities_of(WhisperForConditionalGeneration)  # its beam search takes them (test_hotwords_aed.py)
+    check_options(whisper, DecodeOptions(beam_size=2, hotwords=(Hotword("x"),)), "whisper")
+    with pytest.raises(UnsupportedOptionError, match="give beam_size too"):
+        check_options(whisper, DecodeOptions(hotwords=(Hotword("x"),)), "whisper")
     with pytest.raises(UnsupportedOptionError, match="do not combine"):
         oasr.transcribe(JFK, model, beam_size=2, lexicon=str(JFK), hotwords="the")
     args = ["transcribe", str(JFK), "--model", str(directory), "--device", "cpu", "--beam-size", "2"]

@@ -44,6 +44,7 @@ class BeamChoice:
 class AEDBeam(DecodeStrategy):
     runner: ClassVar[str] = "autoregressive"  # the runner kind that drives it
     searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
+    biases: ClassVar[bool] = True  # and its hotwords (the runner's BeamRows adds their gains before ``select``)
 
     def __init__(self, eot: int) -> None:
         self.eot = eot

@@ -11,7 +11,7 @@ the root. At the end of the search an unfinished match gives its boost back, so 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,14 +19,51 @@ import torch
 from oasr.types import Hotword, HotwordsError
 
 @dataclass(frozen=True)
+class HostAutomaton:
+    """The same automaton on the host, as the trie it was built from: what a search that reads its hypotheses on
+    the host needs to tell a hypothesis' boost from its score (``kept_boost``), without the [S, V] tables."""
+
+    children: tuple[dict[int, int], ...]
+    fail: tuple[int, ...]
+    held: tuple[float, ...]  # boost accumulated from the root to each state
+    is_end: tuple[bool, ...]
+
+    def kept_boost(self, tokens: Sequence[int]) -> float:
+        """The boost ``tokens`` keep at the end: that of the phrases they complete. (The table walk adds the
+        same gains token by token; its sum is this plus ``open_boost``.)"""
+        total, state = self._walk(tokens)
+        return total - self.held[state]
+
+    def open_boost(self, tokens: Sequence[int]) -> float:
+        """The boost of the match still open after ``tokens``, which an ending would give back."""
+        return self.held[self._walk(tokens)[1]]
+
+    def _walk(self, tokens: Sequence[int]) -> tuple[float, int]:
+        """-> (the gains the tables add along ``tokens``, the state they end in)."""
+        state, total = 0, 0.0
+        for token in tokens:
+            target = self._goto(state, token)
+            total += self.held[target] - self.held[state]
+            state = 0 if self.is_end[target] else target
+        return total, state
+
+    def _goto(self, state: int, token: int) -> int:
+        while state and token not in self.children[state]:
+            state = self.fail[state]
+        return self.children[state].get(token, 0)
+
+
+@dataclass(frozen=True)
 class ContextGraph:
     """The automaton as tables on a device, state 0 the root. ``next_state``: [S, V] int64, the state after a
     token; ``gain``: [S, V] float32, the score that token adds (negative when it breaks a match); ``pending``:
-    [S] float32, the boost an unfinished match in that state holds (given back at the end)."""
+    [S] float32, the boost an unfinished match in that state holds (given back at the end). ``host``: the same
+    automaton for host-side bookkeeping."""
 
     next_state: torch.Tensor
     gain: torch.Tensor
     pending: torch.Tensor
+    host: HostAutomaton
 
     @classmethod
     def build(cls, phrases: Sequence[tuple[Sequence[int], float]], vocab_size: int,
@@ -70,7 +107,19 @@ class ContextGraph:
         gain = held_t[target] - held_t[:, None]
         # A completed phrase keeps its boost: matching starts over at the root.
         next_state = torch.where(torch.tensor(is_end)[target], 0, target)
-        return cls(next_state.to(device), gain.to(device), held_t.to(device))
+        host = HostAutomaton(tuple(children), tuple(fail), tuple(held), tuple(is_end))
+        return cls(next_state.to(device), gain.to(device), held_t.to(device), host)
+
+
+def spelled_in_text(encode: Callable[[str], list[int]]) -> Callable[[str], list[int]]:
+    """``encode`` -> the tokens of a phrase as it reads after a word in running text, which is how a decoder writes
+    it. Byte-level BPE vocabularies (Whisper's) mark a word's start by the space before it and SentencePiece ones
+    by a marker the tokenizer adds at the start of any text; spelling the phrase after a one-letter word and
+    dropping that word's tokens gets both right."""
+    def spell(phrase: str) -> list[int]:
+        return encode("a " + phrase)[len(encode("a")):]
+
+    return spell
 
 
 class ContextGraphCache:

@@ -12,6 +12,12 @@ hypotheses that ended at each step, and each step's live beams (a search that en
 ``beam_size`` ended hypotheses ranks the live beams of the step it ended at). A first read brings the ended
 scores only; the host then decides which hypotheses the searches take and which searches end, and a second read
 brings just those tokens.
+
+Hotwords (a request's ``ContextGraph``) steer its search: each beam row also holds a state of the phrase automaton,
+and a step adds the gain of every next token from that state to its log-probability before the selection, so
+beams rank by summed log-probability plus the boost they hold. Searches are grouped by beam size and automaton.
+The staged scores carry the boost; on the host a search's hypotheses are ranked by score less any match still
+open (a hypothesis keeps only whole phrases' boost), and the result reports its summed log-probability alone.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from oasr.decode.aed_beam import AEDBeam, BeamCandidates, BeamChoice, Hypothesis
+from oasr.decode.hotwords import ContextGraph
 from oasr.engine.step import BeamResult
 from oasr.uploads import upload
 from oasr.types import DecodeOptions
@@ -37,19 +44,21 @@ class BeamGroup:
     prompt_len: int  # the first generated token sits at this position
     max_new_tokens: int
     search: BeamCandidates
+    context: ContextGraph | None = None  # the request's hotwords
     num_generated: int = 0  # tokens per live beam so far
 
 
 @dataclass(frozen=True)
 class BeamTick:
-    """The searches of one walk, grouped by beam size; ``slots`` [G, K] int64 on the device, one row per group."""
+    """The searches of one walk, grouped by beam size and hotwords; ``slots`` [G, K] int64 on the device, one row
+    per search."""
 
-    by_size: tuple[tuple[int, tuple[BeamGroup, ...], torch.Tensor], ...]
+    by_size: tuple[tuple[int, ContextGraph | None, tuple[BeamGroup, ...], torch.Tensor], ...]
     num_blocks: int  # block-table columns that hold the beam rows' positions (for K/V copies)
 
     @property
     def groups(self) -> Iterable[BeamGroup]:
-        for _, groups, _ in self.by_size:
+        for _, _, groups, _ in self.by_size:
             yield from groups
 
 
@@ -64,6 +73,7 @@ class BeamRows:
         long = {"dtype": torch.long, "device": device}
         self.history = torch.zeros(num_slots, length, **long)  # each row's tokens by position
         self.scores = torch.zeros(num_slots, dtype=torch.float32, device=device)
+        self.context_state = torch.zeros(num_slots, **long)  # each row's state in its search's hotword automaton
         self.ended_scores = torch.full((max_steps, num_slots), float("nan"), device=device)
         self.ended_tokens = torch.zeros(max_steps, num_slots, length, **long)
         self.live_scores = torch.zeros(max_steps, num_slots, device=device)
@@ -73,8 +83,10 @@ class BeamRows:
     # ------------------------------------------------------------------ host bookkeeping
 
     def open(self, request_id: str, slots: Sequence[int], prompt_len: int, max_new_tokens: int,
-             options: DecodeOptions) -> BeamGroup:
-        group = BeamGroup(request_id, tuple(slots), prompt_len, max_new_tokens, self.strategy.candidates_for(options))
+             options: DecodeOptions, context: ContextGraph | None = None) -> BeamGroup:
+        """``context``: the automaton of the request's hotwords, on this device."""
+        group = BeamGroup(request_id, tuple(slots), prompt_len, max_new_tokens, self.strategy.candidates_for(options),
+                          context)
         self.groups[request_id] = group
         return group
 
@@ -87,12 +99,12 @@ class BeamRows:
     def tick(self, groups: Sequence[BeamGroup], num_blocks: int) -> BeamTick | None:
         if not groups:
             return None
-        by_size: dict[int, list[BeamGroup]] = {}
+        by_kind: dict[tuple[int, int], tuple[ContextGraph | None, list[BeamGroup]]] = {}
         for group in groups:
-            by_size.setdefault(len(group.slots), []).append(group)
+            by_kind.setdefault((len(group.slots), id(group.context)), (group.context, []))[1].append(group)
         return BeamTick(
-            tuple((k, tuple(gs), upload(self.device, [g.slots for g in gs])[0].view(len(gs), k))
-                  for k, gs in sorted(by_size.items())),
+            tuple((k, context, tuple(gs), upload(self.device, [g.slots for g in gs])[0].view(len(gs), k))
+                  for (k, _), (context, gs) in sorted(by_kind.items(), key=lambda item: item[0][0])),
             num_blocks,
         )
 
@@ -104,11 +116,13 @@ class BeamRows:
         logprobs: [G_total, vocab] after each group's prompt, in ``tick.groups`` order; prompt_lens: [G_total].
         -> (source slots [N], target slots [N], tokens [N]) over all beam rows, for the caller's state copies."""
         sources, targets, tokens, start = [], [], [], 0
-        for k, groups, slots in tick.by_size:
+        for k, context, groups, slots in tick.by_size:
             end = start + len(groups)
             scores = torch.zeros(len(groups), 1, device=self.device)
-            choice = self.strategy.select(logprobs[start:end, None], scores, k)
             first = slots[:, :1]
+            self.context_state[first] = 0  # every search starts at its automaton's root
+            choice = self.strategy.select(self._biased(logprobs[start:end, None], first, context), scores, k)
+            self._follow(context, slots, first.expand(-1, k), choice)
             self._stage_ended(step, slots, first.expand(-1, choice.ended_source.shape[1]), choice)
             source = first.expand(-1, k)
             self._extend(step, slots, source, choice, prompt_lens[start:end])
@@ -125,9 +139,11 @@ class BeamRows:
         ``next_tokens`` [B] and the slot it now continues into ``source`` [B] (identity for greedy rows).
         -> (source slots [N], target slots [N]) of the beam rows, for the K/V copy."""
         sources, targets = [], []
-        for k, _, slots in tick.by_size:
-            choice = self.strategy.select(torch.log_softmax(filtered[slots], dim=-1), self.scores[slots], k)
+        for k, context, _, slots in tick.by_size:
+            logprobs = self._biased(torch.log_softmax(filtered[slots], dim=-1), slots, context)
+            choice = self.strategy.select(logprobs, self.scores[slots], k)
             beam_source = slots.gather(1, choice.source)
+            self._follow(context, slots, beam_source, choice)
             self._stage_ended(step, slots, slots.gather(1, choice.ended_source), choice)
             self._extend(step, slots, beam_source, choice, positions[slots[:, 0]] + 1)
             next_tokens[slots] = choice.tokens
@@ -135,6 +151,19 @@ class BeamRows:
             sources.append(beam_source.flatten())
             targets.append(slots.flatten())
         return torch.cat(sources), torch.cat(targets)
+
+    def _biased(self, logprobs: torch.Tensor, slots: torch.Tensor, context: ContextGraph | None) -> torch.Tensor:
+        """logprobs [G, R, vocab] of the rows ``slots`` [G, R], plus each token's hotword gain from the row's
+        automaton state (unchanged without hotwords)."""
+        if context is None:
+            return logprobs
+        return logprobs + context.gain[self.context_state[slots]]
+
+    def _follow(self, context: ContextGraph | None, slots: torch.Tensor, beam_source: torch.Tensor,
+                choice: BeamChoice) -> None:
+        """Each new beam's automaton state: its source row's, advanced by its token."""
+        if context is not None:
+            self.context_state[slots] = context.next_state[self.context_state[beam_source], choice.tokens]
 
     def _stage_ended(self, step: int, slots: torch.Tensor, ended_source: torch.Tensor, choice: BeamChoice) -> None:
         """Records the step's ended hypotheses in the first columns of each group's slots, best first: their
@@ -198,16 +227,25 @@ class BeamRows:
     def _settle(self, group: BeamGroup, taken: list[tuple[int, int, float]], final: int | None, num_steps: int,
                 rows: dict[tuple[str, int, int], tuple[list[int], float]]) -> dict[str, BeamResult]:
         start = group.prompt_len
+        automaton = group.context.host if group.context is not None else None
         for step, slot, score in taken:
             tokens, _ = rows[("ended", step, slot)]
-            # An ended hypothesis is its source beam's tokens before this step, then end-of-text.
+            # An ended hypothesis is its source beam's tokens before this step, then end-of-text (which closes
+            # any open match: its score holds whole phrases' boost only).
             group.search.add([Hypothesis(tuple(tokens[start : start + group.num_generated + step]), score)])
         if final is None:
             group.num_generated += num_steps
             return {}
         length = group.num_generated + final + 1
-        live = [Hypothesis(tuple(rows[key][0][start : start + length]), rows[key][1], ended=False)
-                for key in (("live", final, slot) for slot in group.slots) if key in rows]
+        live = []
+        for key in (("live", final, slot) for slot in group.slots):
+            if key in rows:
+                tokens = tuple(rows[key][0][start : start + length])
+                # A live beam's score still holds its open match's boost: ranked without it, as an ended one.
+                held = automaton.open_boost(tokens) if automaton else 0.0
+                live.append(Hypothesis(tokens, rows[key][1] - held, ended=False))
         best = group.search.best(live)
         del self.groups[group.request_id]
-        return {group.request_id: BeamResult(best.token_ids, best.sum_logprob, ended=best.ended)}
+        # Reported: the summed log-probability, without the boost it was ranked with.
+        boost = automaton.kept_boost(best.token_ids) if automaton else 0.0
+        return {group.request_id: BeamResult(best.token_ids, best.sum_logprob - boost, ended=best.ended)}

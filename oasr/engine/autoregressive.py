@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from oasr.decode import DECODE_STRATEGIES
+from oasr.decode.hotwords import ContextGraphCache, spelled_in_text
 from oasr.engine.aed_beams import BeamRows, BeamTick
 from oasr.engine.block_pool import BlockPool
 from oasr.engine.config import EngineConfig
@@ -140,6 +141,8 @@ class AutoregressiveRunner:
             model=self.model, prompter=self.prompter, strategy=self.strategy, features=loaded.features,
             audio_positions=self.audio_positions, stager=self.stager, pool=self.pool, cross=self.cross,
             state=self.state, beams=self.beams, device=self.device,
+            # Hotword phrases spelled as the decoder writes them mid-text, compiled once per list.
+            contexts=ContextGraphCache(spelled_in_text(loaded.tokenizer.encode)),
             compile_encoder=config.runner.compile_encoder and self.device.type == "cuda")
         # Wall seconds per walk; each walk ends in a host read, so no extra synchronisation is needed.
         self.phase_seconds = {"encode": 0.0, "decode": 0.0}

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from oasr.decode.aed_greedy import AEDGreedy, AEDRowState
+from oasr.decode.hotwords import ContextGraphCache
 from oasr.decode.timestamp_rules import TimestampState
 from oasr.engine.aed_beams import BeamRows, BeamTick
 from oasr.engine.contracts import AutoregressiveModel
@@ -53,10 +54,10 @@ class PromptPass:
     def __init__(self, *, model: AutoregressiveModel, prompter: PromptBuilder, strategy: AEDGreedy,
                  features: FeatureExtractor, audio_positions: Callable[[int], int], stager: AudioStager | None,
                  pool: PagedKVPool, cross: NoCrossStore | SlotCrossStore | PagedCrossStore, state: SlotState,
-                 beams: BeamRows, device: torch.device, compile_encoder: bool) -> None:
+                 beams: BeamRows, contexts: ContextGraphCache, device: torch.device, compile_encoder: bool) -> None:
         """``audio_positions``: prompt positions a request's audio takes, from its feature frames (the runner's
-        rule, which it also sizes prompts by); ``compile_encoder``: run the encoder through ``torch.compile``, one
-        graph for any number of rows."""
+        rule, which it also sizes prompts by); ``contexts``: the automata of the hotword lists beam searches
+        name; ``compile_encoder``: run the encoder through ``torch.compile``, one graph for any number of rows."""
         self.model = model
         self.prompter = prompter
         self.strategy = strategy
@@ -67,6 +68,7 @@ class PromptPass:
         self.cross = cross
         self.state = state
         self.beams = beams
+        self.contexts = contexts
         self.device = device
         self.splices_audio = model.decoder_spec.prompt_audio is not None
         self.compile_encoder = compile_encoder
@@ -239,8 +241,12 @@ class PromptPass:
         searching = {row.request_id: i for i, (row, q) in enumerate(zip(rows, batch, strict=True)) if q.is_beam}
         if not searching:
             return None
+        vocab = filtered.shape[-1]
         groups = [self.beams.open(rows[i].request_id, rows[i].slots, len(prompts[i].token_ids),
-                               batch[i].max_new_tokens, batch[i].options) for i in searching.values()]
+                                  batch[i].max_new_tokens, batch[i].options,
+                                  self.contexts.get(batch[i].options.hotwords, vocab, self.device)
+                                  if batch[i].options.hotwords else None)
+                  for i in searching.values()]
         tick = self.beams.tick(groups, max(len(rows[i].block_ids[0]) for i in searching.values()))
         order, prompt_lens = upload(self.device, [searching[g.request_id] for g in tick.groups],
                                     [g.prompt_len for g in tick.groups])
