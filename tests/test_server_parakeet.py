@@ -77,15 +77,11 @@ def test_beam_search_equals_offline(served):
 
 
 def test_hotwords_without_a_beam_are_refused_for_what_is_missing(served):
-    """CTC's hotwords steer its prefix search: without beam_size the 400 asks for it; TDT's search takes none."""
-    directory, client = served
+    """CTC's and TDT's hotwords steer their beam searches: without beam_size the 400 asks for it."""
+    _, client = served
     with pytest.raises(BadRequestError) as info:
         client.audio.transcriptions.create(file=(JFK.name, JFK.read_bytes()), model="parakeet",
                                            extra_body={"hotwords": "kennedy"})
     error = info.value.body
-    if "ctc" in directory.name:
-        assert (error["param"], error["code"]) == ("hotwords", "invalid_value"), error
-        assert "give beam_size too" in error["message"], error
-    else:
-        assert (error["param"], error["code"]) == ("hotwords", "unsupported_option"), error
-        assert "takes no hotwords" in error["message"], error
+    assert (error["param"], error["code"]) == ("hotwords", "invalid_value"), error
+    assert "give beam_size too" in error["message"], error

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import oasr
+from oasr.decode.hotwords import ContextGraph
 from oasr.decode.base import EncoderOutput
 from oasr.decode.tdt_beam import tdt_beam_search
 from oasr.decode.transducer_greedy import TDTGreedy
@@ -182,7 +183,26 @@ def test_the_engine_decodes_beam_requests_of_a_tdt_model(tdt, encoded) -> None:
         expected, _ = tdt_beam_search(tdt.model, out, beam_size=4, max_symbols=tdt.model.max_symbols_per_step)
     results = oasr.transcribe(audio, tdt, beam_size=4, batch_size=3)
     assert [r.token_ids for r in results] == expected
-    with pytest.raises(UnsupportedOptionError, match="option hotwords"):
-        oasr.transcribe(audio[0], tdt, beam_size=4, hotwords="the cat")
     with pytest.raises(UnsupportedOptionError, match="option decoding_graph"):  # WFST decoding is CTC's
         oasr.transcribe(audio[0], tdt, decoding_graph="TLG.fst")
+
+
+def test_hotwords_raise_a_phrase_s_count_in_the_tdt_beam(tdt, encoded) -> None:
+    """A boosted phrase is spelled more often, through the engine as by the search; a phrase the rows cannot
+    reach changes nothing, tokens or score."""
+    audio, out = encoded
+    phrase = tdt.tokenizer.encode("the cat")
+    max_symbols = tdt.model.max_symbols_per_step
+    graph = ContextGraph.build([(phrase, 8.0)], tdt.model.vocab_size)
+    with torch.inference_mode():
+        plain, plain_score = tdt_beam_search(tdt.model, out, 4, max_symbols)
+        expected, _ = tdt_beam_search(tdt.model, out, 4, max_symbols, graph)
+        blank = tdt.model.blank_id
+        unreachable = ContextGraph.build([((blank, blank), 8.0)], tdt.model.vocab_size)  # never emitted tokens
+        same, same_score = tdt_beam_search(tdt.model, out, 4, max_symbols, unreachable)
+    got = [r.token_ids for r in oasr.transcribe(audio, tdt, beam_size=4, batch_size=3, hotwords="the cat:8")]
+    assert got == expected
+    assert got != plain, "the boost changed nothing: the comparison could not fail"
+    count = lambda rows: sum(sum(row[i:i + len(phrase)] == phrase for i in range(len(row))) for row in rows)  # noqa: E731
+    assert count(got) > count(plain)
+    assert (same, same_score.tolist()) == (plain, plain_score.tolist())

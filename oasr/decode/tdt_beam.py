@@ -19,6 +19,12 @@ better, but pruning still can drop greedy's path for ones that end up less likel
 likely than greedy" a property of the search. With one beam only greedy's path is kept: ``beam_size = 1`` gives
 greedy's tokens. Hypotheses are not merged; the score is the log-probability of the hypothesis' own decisions.
 
+Hotwords (``oasr.decode.hotwords``) rank hypotheses by their score plus the boost their tokens earned, as in the
+RNN-T beam: each hypothesis carries its automaton state and boost, a token advances them (a blank does not), and
+the answer is the finished hypothesis whose score plus whole phrases' boost is highest; the reported score stays
+the log-probability. With a boost a hypothesis staying on its frame can gain, so the cut of hopeless stays below
+is not exact then, and is skipped.
+
 Model contract: ``oasr.decode.transducer_greedy``'s TDT one, plus ``predictor_rows(out, state)`` and
 ``predictor_from_rows(rows)`` (the streaming contract's predictor context as batch-first tensors), with which
 hypotheses are copied between buckets.
@@ -33,6 +39,7 @@ import torch
 
 from oasr.decode import DECODE_STRATEGIES
 from oasr.decode.base import DecodeStrategy, EncoderOutput
+from oasr.decode.hotwords import ContextGraph, ContextGraphCache
 from oasr.decode.pending import LaunchesEagerly
 from oasr.decode.transducer_beam import TransducerBeamOptions
 from oasr.decode.transducer_greedy import TDTModel
@@ -47,14 +54,17 @@ class _Buckets:
     """The hypotheses parked by frame: frame ``f`` is bucket ``f % S``, with S the longest move plus one, so the
     frames a search step can land on never share a bucket. [B, S, K] per row, bucket and slot: score (-inf: an
     empty slot), tokens emitted on the current frame (``run``), tokens emitted so far, the token the predictor has
-    not been fed yet (-1: none), whether it is greedy's path; the tokens themselves [B, S, K, L]; the predictor's
-    context as batch-first rows [B * S * K, ...] (``predictor_rows``)."""
+    not been fed yet (-1: none), whether it is greedy's path, its hotword automaton state and boost held (zeros
+    without hotwords); the tokens themselves [B, S, K, L]; the predictor's context as batch-first rows
+    [B * S * K, ...] (``predictor_rows``)."""
 
     score: torch.Tensor
     run: torch.Tensor
     count: torch.Tensor
     pending: torch.Tensor
     greedy: torch.Tensor
+    context_state: torch.Tensor
+    context_score: torch.Tensor
     tokens: torch.Tensor
     predictor: dict[str, torch.Tensor]
 
@@ -70,7 +80,8 @@ class _Buckets:
         zeros = torch.zeros(shape, dtype=torch.long, device=device)
         tokens = torch.full((*shape, max_tokens), -1, dtype=torch.long, device=device)
         predictor = model.predictor_rows(*model.predictor_init(batch * num_buckets * beam_size, device))
-        return cls(score, zeros, zeros.clone(), zeros - 1, greedy, tokens, dict(predictor))
+        return cls(score, zeros, zeros.clone(), zeros - 1, greedy, zeros.clone(), torch.zeros(shape, device=device),
+                   tokens, dict(predictor))
 
 
 def _feed_pending(model: TDTModel, hyps: _Buckets, bucket: int) -> torch.Tensor:
@@ -122,11 +133,13 @@ def _expansions(model: TDTModel, logits: torch.Tensor, run: torch.Tensor, durati
 
 
 def _rank(hyps: _Buckets, t: int, lengths: torch.Tensor, score: torch.Tensor, lands: torch.Tensor,
-          protected: torch.Tensor, moves: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+          protected: torch.Tensor, moves: torch.Tensor,
+          boost: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Ranks frame ``t``'s expansions into the buckets they land on.
 
     score / lands / protected: [B, 1, N] the expansions' scores (-inf: none), frames moved (0: another round on
-    this frame) and whether it is greedy's; moves: [M] the moves a hypothesis can make (durations, 0 as 1).
+    this frame) and whether it is greedy's; moves: [M] the moves a hypothesis can make (durations, 0 as 1);
+    boost: [B, 1, N] the hotword boost each expansion holds (None: no hotwords), added to the ranking.
     -> per bucket, in frame order t, t + 1, ... ([B, S, K] each): the kept scores, their index among the
     bucket's present hypotheses (< K) and the expansions (K + n), and whether each is greedy's path."""
     b, s, k = hyps.score.shape
@@ -137,11 +150,16 @@ def _rank(hyps: _Buckets, t: int, lengths: torch.Tensor, score: torch.Tensor, la
     to = torch.arange(s, device=score.device)[None, :, None]
     pool = torch.cat([present, torch.where(lands == to, score, _NEG_INF)], dim=2)  # [B, S, K + N]
     greedy = torch.cat([hyps.greedy[:, order], protected & (lands == to)], dim=2) & (pool > _NEG_INF)
+    ranked = pool
+    if boost is not None:
+        ranked = pool + torch.cat([hyps.context_score[:, order], boost.expand(b, s, -1)], dim=2)
     # Greedy's path ranks first in its bucket; with one beam nothing else is kept.
-    key = torch.where(greedy, _INF, pool if k > 1 else _NEG_INF)
+    key = torch.where(greedy, _INF, ranked if k > 1 else _NEG_INF)
     top, index = key.topk(k, dim=2)
     kept = top > _NEG_INF
     score, greedy = torch.where(kept, pool.gather(2, index), _NEG_INF), greedy.gather(2, index) & kept
+    if boost is not None:  # a stay can earn a boost: no cut is exact
+        return score, index, greedy
     # A hypothesis staying on the frame only loses log-probability from here and lands within the longest move,
     # so one below the last kept score of every bucket it can land on could never be kept there: it is dropped
     # now (an exact cut), or every frame would run max_symbols rounds of hopeless tokens.
@@ -153,7 +171,8 @@ def _rank(hyps: _Buckets, t: int, lengths: torch.Tensor, score: torch.Tensor, la
 
 
 def _round(model: TDTModel, hyps: _Buckets, frames: torch.Tensor, t: int, lengths: torch.Tensor,
-           durations: torch.Tensor, max_symbols: int, zero: int | None, one: int | None) -> _Buckets:
+           durations: torch.Tensor, max_symbols: int, zero: int | None, one: int | None,
+           context: ContextGraph | None = None) -> _Buckets:
     """One round on frame ``t``: its bucket's hypotheses take every (token, duration); each bucket keeps its
     ``K`` best of what it held and what lands on it. frames: [B, T, H]; lengths: [B]; durations: [D]."""
     moves = durations.clamp(min=1)
@@ -170,8 +189,13 @@ def _round(model: TDTModel, hyps: _Buckets, frames: torch.Tensor, t: int, length
     # A move past the row's last frame lands on the frame after it, where the finished hypotheses gather.
     lands = torch.minimum(advance, (lengths - t).clamp(min=0)[:, None, None, None])
     protected = hyps.greedy[:, current, :, None] & (torch.arange(v * d, device=device) == pick[..., None])
+    boost = None
+    if context is not None:  # what each (token, duration) would hold: a blank keeps its parent's boost
+        gain = context.gain[hyps.context_state[:, current]].masked_fill(
+            torch.arange(v, device=device) == model.blank_id, 0.0)  # [B, K, V]
+        boost = (hyps.context_score[:, current, :, None] + gain)[..., None].expand(b, k, v, d).reshape(b, 1, -1)
     new_score, index, greedy = _rank(hyps, t, lengths, score.reshape(b, 1, -1), lands.reshape(b, 1, -1),
-                                     protected.reshape(b, 1, -1), moves)
+                                     protected.reshape(b, 1, -1), moves, boost)
     # Back from frame order (t, t + 1, ...) to bucket order, then every field is one gather of its source slot.
     by_bucket = (torch.arange(s, device=device) - t) % s
     new_score, index, greedy = new_score[:, by_bucket], index[:, by_bucket], greedy[:, by_bucket]
@@ -182,19 +206,27 @@ def _round(model: TDTModel, hyps: _Buckets, frames: torch.Tensor, t: int, length
     source = (torch.arange(b, device=device)[:, None, None] * s + source_bucket) * k
     source = (source + torch.where(expanded, n // (v * d), index)).reshape(-1)
     emit = expanded & (new_score > _NEG_INF) & (token != model.blank_id)
-    run, count, pending = (field.reshape(-1)[source].view(b, s, k) for field in (hyps.run, hyps.count, hyps.pending))
+    run, count, pending, context_state, context_score = (
+        field.reshape(-1)[source].view(b, s, k)
+        for field in (hyps.run, hyps.count, hyps.pending, hyps.context_state, hyps.context_score))
+    if context is not None:
+        added = torch.where(emit, token, 0)
+        context_score = torch.where(emit, context_score + context.gain[context_state, added], context_score)
+        context_state = torch.where(emit, context.next_state[context_state, added], context_state)
     stays = expanded & (torch.arange(s, device=device)[None, :, None] == current)
     run = torch.where(stays, run + 1, torch.where(expanded, 0, run))
     pending = torch.where(expanded, torch.where(emit, token, -1), pending)
     tokens = hyps.tokens.view(b * s * k, -1)[source].view(b, s, k, -1)
     tokens.scatter_(3, count[..., None], torch.where(emit, token, -1)[..., None])  # slot `count` is unused
     predictor = {name: rows[source] for name, rows in hyps.predictor.items()}
-    return _Buckets(new_score, run, count + emit.long(), pending, greedy, tokens, predictor)
+    return _Buckets(new_score, run, count + emit.long(), pending, greedy, context_state, context_score, tokens,
+                    predictor)
 
 
-def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: int,
-                    max_symbols: int) -> tuple[list[list[int]], torch.Tensor]:
-    """encoder_output: hidden [B, T, D], lengths [B] -> (best token ids per row, their log-probability [B])."""
+def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: int, max_symbols: int,
+                    context: ContextGraph | None = None) -> tuple[list[list[int]], torch.Tensor]:
+    """encoder_output: hidden [B, T, D], lengths [B] -> (best token ids per row, their log-probability [B]).
+    With ``context``, the best is the hypothesis whose score plus completed phrases' boost is highest."""
     frames = model.project_encoder(encoder_output.hidden)
     b, t, _ = frames.shape
     device = frames.device
@@ -210,11 +242,15 @@ def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: i
             current = hyps.score[:, frame % num_buckets] > _NEG_INF
             if not bool((current & (lengths > frame)[:, None]).any()):  # one host sync a round
                 break
-            hyps = _round(model, hyps, frames, frame, lengths, durations, max_symbols, zero, one)
+            hyps = _round(model, hyps, frames, frame, lengths, durations, max_symbols, zero, one, context)
     rows = torch.arange(b, device=device)
     finished = lengths % num_buckets  # the bucket of the frame after each row's last
     score = hyps.score[rows, finished]  # [B, K]
-    best = score.argmax(dim=1)
+    rank = score
+    if context is not None:  # an unfinished phrase gives its boost back
+        state = hyps.context_state[rows, finished]
+        rank = score + hyps.context_score[rows, finished] - context.pending[state]
+    best = rank.argmax(dim=1)
     chosen = hyps.tokens[rows, finished, best].cpu()  # the one read-back of the tokens
     counts = hyps.count[rows, finished, best].tolist()
     return [row[:n].tolist() for row, n in zip(chosen, counts, strict=True)], score.gather(1, best[:, None])[:, 0]
@@ -223,19 +259,25 @@ def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: i
 @DECODE_STRATEGIES.register("tdt_beam")
 class TDTBeam(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
-    searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size (no hotwords: biases stays False)
+    searches: ClassVar[bool] = True  # serves DecodeOptions.beam_size
+    biases: ClassVar[bool] = True  # and its hotwords
 
-    def __init__(self, options: TransducerBeamOptions | None = None) -> None:
-        # the RNN-T beam's options: beam size and symbols per frame mean the same here; no hotwords
+    def __init__(self, options: TransducerBeamOptions | None = None, contexts: ContextGraphCache | None = None) -> None:
+        # the RNN-T beam's options: beam size, symbols per frame and hotwords mean the same here
         self.options = options or TransducerBeamOptions()
-        if self.options.hotwords:  # check_options refuses them first (biases is False); this guards direct callers
-            raise ValueError("TDT beam search takes no hotwords")
+        if self.options.hotwords and contexts is None:
+            raise ValueError("hotwords need the runner's ContextGraphCache (contexts)")
+        self.contexts = contexts
 
     @classmethod
-    def for_beam(cls, beam_size: int, hotwords: tuple[Hotword, ...] = (), contexts=None) -> TDTBeam:
-        return cls(TransducerBeamOptions(beam_size=beam_size, hotwords=hotwords))
+    def for_beam(cls, beam_size: int, hotwords: tuple[Hotword, ...] = (),
+                 contexts: ContextGraphCache | None = None) -> TDTBeam:
+        return cls(TransducerBeamOptions(beam_size=beam_size, hotwords=hotwords), contexts)
 
     def decode(self, model: TDTModel, encoder_output: EncoderOutput) -> list[list[int]]:
         max_symbols = self.options.max_symbols_per_step or model.max_symbols_per_step
-        ids, _ = tdt_beam_search(model, encoder_output, self.options.beam_size, max_symbols)
+        context = None
+        if self.options.hotwords:
+            context = self.contexts.get(self.options.hotwords, model.vocab_size, encoder_output.hidden.device)
+        ids, _ = tdt_beam_search(model, encoder_output, self.options.beam_size, max_symbols, context)
         return ids
