@@ -18,6 +18,7 @@ import torch
 
 from oasr.types import Hotword, HotwordsError
 
+
 @dataclass(frozen=True)
 class HostAutomaton:
     """The same automaton on the host, as the trie it was built from: what a search that reads its hypotheses on
@@ -88,21 +89,20 @@ class ContextGraph:
             is_end[node] = True
         num_states = len(children)
         held = [0.0] * num_states  # boost accumulated from the root to each state
-        goto = [[0] * vocab_size for _ in range(num_states)]
+        # One row per state, filled in breadth-first order: a state's failure state is shallower, so its row is
+        # complete when the state copies it (tokens without a child of their own follow the failure link).
+        target = torch.zeros(num_states, vocab_size, dtype=torch.long)
         fail = [0] * num_states
         order = deque([0])
-        while order:  # breadth first: a state's failure state is complete before its children are visited
+        while order:
             state = order.popleft()
-            for token in range(vocab_size):
-                child = children[state].get(token)
-                if child is None:
-                    goto[state][token] = goto[fail[state]][token] if state else 0
-                    continue
-                goto[state][token] = child
-                fail[child] = goto[fail[state]][token] if state else 0
+            if state:
+                target[state] = target[fail[state]]
+            for token, child in children[state].items():
+                fail[child] = int(target[fail[state], token]) if state else 0
                 held[child] = held[state] + token_boost[child]
+                target[state, token] = child
                 order.append(child)
-        target = torch.tensor(goto, dtype=torch.long)
         held_t = torch.tensor(held, dtype=torch.float32)
         gain = held_t[target] - held_t[:, None]
         # A completed phrase keeps its boost: matching starts over at the root.
