@@ -13,7 +13,7 @@ The weights (LM weight, word bonus, threshold) are device scalars the graph read
 requests with their own weights share a graph. At most ``max_graphs`` are kept, the oldest dropped first.
 
 With ``compile_frames`` a frame runs through ``torch.compile`` before it is captured: its few hundred operations
-become a few dozen fused kernels, which is what a replayed frame's time is made of. The first capture pays the
+become fewer, fused kernels, and their count is what a replayed frame's time is made of. The first capture pays the
 compilation (seconds to tens of seconds; torch keeps compiled kernels on disk for the next process), and its
 result is the eager frame's (the test compares them).
 """
