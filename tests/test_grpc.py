@@ -14,6 +14,8 @@ import pytest
 import soundfile as sf
 
 from oasr.audio import load_audio
+from oasr.serving.grpc.config import RIVA_BOOST_PER_OASR_BOOST
+from oasr.types import SERVER_HOTWORD_BEAM_SIZE
 from grpc_harness import API_KEY, grpc_server, http_transcript, pcm16, require_riva_client
 from serving_harness import engine_idle, metrics, wait_until
 from speech_data import audio_path, english_short
@@ -85,7 +87,7 @@ def test_streaming_gives_interim_results_then_finals_per_vad_turn(server, clips,
     ({"language": "de-DE"}, "INVALID_ARGUMENT", "config.language_code"),
     ({"profanity_filter": True}, "INVALID_ARGUMENT", "config.profanity_filter"),
     ({"custom": "colour:blue"}, "INVALID_ARGUMENT", "config.custom_configuration[colour]"),
-    ({"boosted_words": ["kennedy"], "boost": 20.0}, "INVALID_ARGUMENT", "config.speech_contexts"),  # Whisper: none
+    ({"boosted_words": ["kennedy"], "boost": 5000.0}, "INVALID_ARGUMENT", "config.speech_contexts[0].boost"),
 ])
 def test_bad_calls_get_their_status_code_naming_the_field(server, clips, tmp_path, args, code, field):
     audio = raw_file(tmp_path, clips[0][0])
@@ -93,6 +95,15 @@ def test_bad_calls_get_their_status_code_naming_the_field(server, clips, tmp_pat
     assert error["code"] == code and field in error["details"]
     streamed = server.riva("stream", audio=audio, **args)["error"]
     assert streamed["code"] == code and re.sub(r"^config\.", "streaming_config.config.", field) in streamed["details"]
+
+
+def test_boosted_words_are_whisper_s_beam_search_hotwords(server, clips, tmp_path):
+    """Riva's word boosting on Whisper: its beam search with the phrases as hotwords, as the HTTP route decodes."""
+    raw, wav = clips[0]
+    boost = 20.0 / RIVA_BOOST_PER_OASR_BOOST
+    expected = http_transcript(server, wav, beam_size=SERVER_HOTWORD_BEAM_SIZE, hotwords=f"kennedy:{boost}")["text"]
+    answer = server.riva("recognize", audio=raw_file(tmp_path, raw), boosted_words=["kennedy"], boost=20.0)
+    assert answer["results"][0]["transcript"] == expected
 
 
 def test_a_cancelled_stream_frees_its_engine_work_and_metrics_count_calls(server, clips, tmp_path):
