@@ -148,10 +148,7 @@ def prefix_step(
         context_score=beams.context_score.gather(1, parent),
     )
     if context is not None:
-        added = label.clamp(min=0)
-        new.context_score = torch.where(extended, new.context_score + context.gain[new.context_state, added],
-                                        new.context_score)
-        new.context_state = torch.where(extended, context.next_state[new.context_state, added], new.context_state)
+        new.context_state, new.context_score = context.advance(new.context_state, new.context_score, label, extended)
     return new, parent, label
 
 
@@ -198,7 +195,7 @@ def prefix_beam_search(
     beams, parents, labels = run_prefix_beams(log_probs, lengths, blank_id, beam_size, context)
     rank = beams.total
     if context is not None:  # an unfinished phrase gives its boost back
-        rank = rank + beams.context_score - context.pending[beams.context_state]
+        rank = rank + context.kept(beams.context_state, beams.context_score)
     beam = rank.argmax(dim=1)
     scores = beams.total.gather(1, beam[:, None]).squeeze(1)
     (path,) = follow_back_pointers(parents, beam, labels)

@@ -110,6 +110,18 @@ class ContextGraph:
         host = HostAutomaton(tuple(children), tuple(fail), tuple(held), tuple(is_end))
         return cls(next_state.to(device), gain.to(device), held_t.to(device), host)
 
+    def advance(self, state: torch.Tensor, held: torch.Tensor, token: torch.Tensor,
+                emitted: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Hypotheses' automaton states and boosts held (same shapes) after ``token`` where ``emitted``; the rest
+        (a blank, no token) keep theirs."""
+        token = torch.where(emitted, token, 0)
+        return (torch.where(emitted, self.next_state[state, token], state),
+                torch.where(emitted, held + self.gain[state, token], held))
+
+    def kept(self, state: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+        """The boost hypotheses keep if they end here: what they hold, less the match still open."""
+        return held - self.pending[state]
+
 
 def spelled_in_text(encode: Callable[[str], list[int]]) -> Callable[[str], list[int]]:
     """``encode`` -> the tokens of a phrase as it reads after a word in running text, which is how a decoder writes

@@ -210,9 +210,7 @@ def _round(model: TDTModel, hyps: _Buckets, frames: torch.Tensor, t: int, length
         field.reshape(-1)[source].view(b, s, k)
         for field in (hyps.run, hyps.count, hyps.pending, hyps.context_state, hyps.context_score))
     if context is not None:
-        added = torch.where(emit, token, 0)
-        context_score = torch.where(emit, context_score + context.gain[context_state, added], context_score)
-        context_state = torch.where(emit, context.next_state[context_state, added], context_state)
+        context_state, context_score = context.advance(context_state, context_score, token, emit)
     stays = expanded & (torch.arange(s, device=device)[None, :, None] == current)
     run = torch.where(stays, run + 1, torch.where(expanded, 0, run))
     pending = torch.where(expanded, torch.where(emit, token, -1), pending)
@@ -248,8 +246,7 @@ def tdt_beam_search(model: TDTModel, encoder_output: EncoderOutput, beam_size: i
     score = hyps.score[rows, finished]  # [B, K]
     rank = score
     if context is not None:  # an unfinished phrase gives its boost back
-        state = hyps.context_state[rows, finished]
-        rank = score + hyps.context_score[rows, finished] - context.pending[state]
+        rank = score + context.kept(hyps.context_state[rows, finished], hyps.context_score[rows, finished])
     best = rank.argmax(dim=1)
     chosen = hyps.tokens[rows, finished, best].cpu()  # the one read-back of the tokens
     counts = hyps.count[rows, finished, best].tolist()

@@ -89,9 +89,7 @@ def _symbol_step(model: TransducerModel, beams: _Beams, frame: torch.Tensor, for
     context_state = beams.context_state.gather(1, parent)
     context_score = beams.context_score.gather(1, parent)
     if context is not None:
-        added = token.clamp(min=0)
-        context_score = torch.where(is_token, context_score + context.gain[context_state, added], context_score)
-        context_state = torch.where(is_token, context.next_state[context_state, added], context_state)
+        context_state, context_score = context.advance(context_state, context_score, token, is_token)
     flat_parent = (parent + torch.arange(b, device=parent.device)[:, None] * k).reshape(-1)
     state = model.predictor_gather(beams.state, flat_parent)
     out = beams.predictor_out[flat_parent]
@@ -132,7 +130,7 @@ def transducer_beam_search(model: TransducerModel, encoder_output: EncoderOutput
                 break
     rank = beams.score
     if context is not None:  # an unfinished phrase gives its boost back
-        rank = rank + beams.context_score - context.pending[beams.context_state]
+        rank = rank + context.kept(beams.context_state, beams.context_score)
     best = rank.argmax(dim=1)
     return _trace(parents, tokens, best), beams.score.gather(1, best[:, None]).squeeze(1)
 
