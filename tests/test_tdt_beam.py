@@ -13,14 +13,15 @@ import pytest
 import torch
 
 import oasr
-from oasr.decode.hotwords import ContextGraph
 from oasr.decode.base import EncoderOutput
+from oasr.decode.hotwords import ContextGraph
 from oasr.decode.tdt_beam import tdt_beam_search
 from oasr.decode.transducer_greedy import TDTGreedy
 from oasr.errors import UnsupportedOptionError
 from oasr.models.loader import from_pretrained
 from parakeet_reference import build_reference, write_tokenizer
 from speech_data import clips
+from test_transducer_beam import phrase_count
 
 CLIP_IDS = ("ps_librivox_0880", "ps_librivox_0890", "ps_librivox_0870")
 SEEDS = (0, 1)
@@ -203,6 +204,5 @@ def test_hotwords_raise_a_phrase_s_count_in_the_tdt_beam(tdt, encoded) -> None:
     got = [r.token_ids for r in oasr.transcribe(audio, tdt, beam_size=4, batch_size=3, hotwords="the cat:8")]
     assert got == expected
     assert got != plain, "the boost changed nothing: the comparison could not fail"
-    count = lambda rows: sum(sum(row[i:i + len(phrase)] == phrase for i in range(len(row))) for row in rows)  # noqa: E731
-    assert count(got) > count(plain)
+    assert phrase_count(got, phrase) > phrase_count(plain, phrase)
     assert (same, same_score.tolist()) == (plain, plain_score.tolist())

@@ -82,5 +82,9 @@ def test_hotwords_raise_a_phrase_s_count_in_the_transducer_beam(rnnt, encoded) -
     got = [r.token_ids for r in oasr.transcribe(audio, rnnt, beam_size=4, batch_size=3, hotwords="the cat:8")]
     assert got == expected
     assert got != plain, "the boost changed nothing: the comparison could not fail"
-    count = lambda rows: sum(sum(row[i:i + len(phrase)] == phrase for i in range(len(row))) for row in rows)  # noqa: E731
-    assert count(got) > count(plain)
+    assert phrase_count(got, phrase) > phrase_count(plain, phrase)
+
+
+def phrase_count(rows: list[list[int]], phrase: list[int]) -> int:
+    """How often ``phrase`` occurs in the token rows (overlaps counted)."""
+    return sum(sum(row[i:i + len(phrase)] == phrase for i in range(len(row))) for row in rows)
