@@ -1,5 +1,5 @@
-"""WFST decoding of CTC log-probs (``oasr.decode.ctc_wfst``) over a TLG graph built here with kaldifst from a
-tiny random Parakeet CTC model's tokenizer: the strategy's best paths equal kaldi-decoder's FasterDecoder run by
+"""WFST decoding of CTC log-probs (``oasr.decode.ctc_wfst``) over TLG graphs built here with kaldifst from a
+tiny random Parakeet CTC model's tokenizer (one with input epsilons): the strategy's best paths equal kaldi-decoder's FasterDecoder run by
 hand over the same graph and log-probs, and an independent exact search (kaldifst's shortest path through the
 utterance's log-probs composed with the graph); then the engine, the Python API, the CLI and the refusals."""
 
@@ -13,7 +13,9 @@ import torch
 
 import oasr
 from oasr.cli import main
-from oasr.decode.ctc_wfst import CTCWFST, DecodingGraphCache, collapse_ctc, read_graph
+from oasr.decode.ctc_wfst import CTCWFST, DecodingGraphCache, collapse_ctc
+from oasr.decode.wfst_graph import read_graph_arrays
+from oasr.decode.wfst_search import SearchLimits
 from oasr.decode.lexicon import DecodingResourceError, Lexicon
 from oasr.engine.config import EngineConfig
 from oasr.engine.engine import ASREngine
@@ -65,10 +67,38 @@ def word_loop(lexicon: Lexicon):
     return loop
 
 
-def write_tlg(path: Path, lexicon: Lexicon, num_columns: int, blank: int) -> Path:
+def word_loop_with_epsilons(lexicon: Lexicon):
+    """A word loop with input epsilons, as an n-gram G's backoff arcs and word-end arcs put in an HLG: even words
+    are entered by an epsilon arc that writes the word, odd words only from a backoff state reached by an
+    epsilon arc (and left back to the start by another, a positive epsilon cycle) or from a deeper one, two
+    epsilon arcs from the start."""
+    loop = kaldifst.StdVectorFst()
+    start, backoff, deeper = loop.add_state(), loop.add_state(), loop.add_state()
+    loop.start = start
+    loop.set_final(start, 0.0)
+    loop.add_arc(start, kaldifst.StdArc(0, 0, 0.7, backoff))
+    loop.add_arc(backoff, kaldifst.StdArc(0, 0, 0.2, start))
+    loop.add_arc(backoff, kaldifst.StdArc(0, 0, 0.3, deeper))
+    for word, spelling in enumerate(lexicon.spellings):
+        cost = -1.0 + 0.5 * (word % 4)
+        if word % 2 == 0:
+            state = loop.add_state()
+            loop.add_arc(start, kaldifst.StdArc(0, word + 1, cost, state))
+            output = 0
+        else:
+            state, output = (backoff if word % 4 == 1 else deeper), word + 1
+        for position, token in enumerate(spelling):
+            following = start if position == len(spelling) - 1 else loop.add_state()
+            loop.add_arc(state, kaldifst.StdArc(token + 1, output if position == 0 else 0,
+                                                cost if output and position == 0 else 0.0, following))
+            state = following
+    return loop
+
+
+def write_tlg(path: Path, lexicon: Lexicon, num_columns: int, blank: int, epsilons: bool = False) -> Path:
     topo = ctc_topology(num_columns, blank)
     kaldifst.arcsort(topo, sort_type="olabel")
-    lg = word_loop(lexicon)
+    lg = (word_loop_with_epsilons if epsilons else word_loop)(lexicon)
     kaldifst.arcsort(lg, sort_type="ilabel")
     tlg = kaldifst.compose(topo, lg)
     kaldifst.arcsort(tlg, sort_type="ilabel")
@@ -144,7 +174,7 @@ def graph(tmp_path_factory, loaded, lexicon, log_probs) -> Path:
 def test_wfst_decoding_equals_kaldi_decoder_and_the_exact_shortest_path(loaded, lexicon, log_probs, graph) -> None:
     lp, lengths = log_probs
     blank = loaded.model.blank_id
-    paths = CTCWFST(read_graph(graph)).paths(lp, lengths, blank)
+    paths = CTCWFST(DecodingGraphCache().get(graph)).paths(lp, lengths, blank)
     for row, path in enumerate(paths):
         frames = lp[row, : lengths[row]].float()
         tokens, words, cost = kaldi_decoder_path(graph, frames, blank)
@@ -158,10 +188,93 @@ def test_wfst_decoding_equals_kaldi_decoder_and_the_exact_shortest_path(loaded, 
     assert sum(len(p.word_ids) for p in paths) >= 3, "the rows decoded (almost) no words: the check could not fail"
 
 
+@pytest.fixture(scope="module")
+def epsilon_graph(tmp_path_factory, loaded, lexicon, log_probs) -> Path:
+    return write_tlg(tmp_path_factory.mktemp("wfst") / "TLG_eps.fst", lexicon, log_probs[0].shape[-1],
+                     loaded.model.blank_id, epsilons=True)
+
+
+def random_log_probs(rows: int, columns: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 60, (rows,), generator=generator)
+    scores = torch.randn(rows, int(lengths.max()), columns, generator=generator) * 3
+    return scores.log_softmax(-1), lengths
+
+
+def test_a_graph_with_epsilon_arcs_decodes_as_kaldi_decoder_and_the_exact_shortest_path(
+        loaded, log_probs, epsilon_graph) -> None:
+    """Epsilon rounds (outputs written on epsilon arcs, a backoff state, an epsilon cycle), on the clips and on
+    random frames."""
+    graph = DecodingGraphCache().get(epsilon_graph)
+    assert not graph.on(torch.device("cpu")).epsilon.empty
+    blank = loaded.model.blank_id
+    for lp, lengths in (log_probs, random_log_probs(8, log_probs[0].shape[-1], seed=1)):
+        for row, path in enumerate(CTCWFST(graph).paths(lp, lengths, blank)):
+            frames = lp[row, : lengths[row]].float()
+            assert (path.token_ids, path.word_ids) == kaldi_decoder_path(epsilon_graph, frames, blank)[:2]
+            exact = shortest_path(epsilon_graph, frames, blank)
+            assert (path.token_ids, path.word_ids) == exact[:2]
+            assert path.cost == pytest.approx(exact[2], rel=1e-4, abs=1e-3)
+
+
+def test_a_search_fed_chunk_by_chunk_ends_where_the_whole_utterance_does(loaded, epsilon_graph) -> None:
+    """A stream's search: the same rows advanced a few frames at a time, each row ending at its own length."""
+    lp, lengths = random_log_probs(6, 33, seed=2)
+    strategy = CTCWFST(DecodingGraphCache().get(epsilon_graph))
+    whole = strategy.search(6, lp.device)
+    whole.advance(lp, lengths)
+    chunked = strategy.search(6, lp.device)
+    generator = torch.Generator().manual_seed(3)
+    done = 0
+    while done < lp.shape[1]:
+        size = int(torch.randint(1, 9, (1,), generator=generator))
+        chunked.advance(lp[:, done : done + size], (lengths - done).clamp(0, size))
+        done += size
+    expected = whole.best_paths()
+    assert chunked.best_paths() == expected
+    assert sum(len(p.words) for p in expected) >= 6
+
+
+def test_a_tight_search_never_beats_the_exact_path(loaded, epsilon_graph) -> None:
+    lp, lengths = random_log_probs(6, 33, seed=4)
+    blank = loaded.model.blank_id
+    graph = DecodingGraphCache().get(epsilon_graph)
+    tight = CTCWFST(graph, SearchLimits(beam=1e4, max_active=2, min_active=1)).paths(lp, lengths, blank)
+    loose = CTCWFST(graph).paths(lp, lengths, blank)
+    for row, (pruned, best) in enumerate(zip(tight, loose)):
+        assert best.cost == pytest.approx(shortest_path(epsilon_graph, lp[row, : lengths[row]], blank)[2], abs=1e-3)
+        assert pruned.cost >= best.cost - 1e-3
+    assert any(p.cost > b.cost + 1e-3 for p, b in zip(tight, loose)), "the limits pruned nothing: no check"
+
+
+def test_graph_arrays_hold_every_arc_in_order(epsilon_graph) -> None:
+    """The const layout read by numpy equals kaldifst's own arc iteration, state by state."""
+    fst = kaldifst.StdVectorFst.read(str(epsilon_graph))
+    arrays = read_graph_arrays(epsilon_graph)
+    num_arcs = sum(fst.num_arcs(state) for state in range(fst.num_states))
+    assert (arrays.start, arrays.num_states, arrays.num_arcs) == (fst.start, fst.num_states, num_arcs)
+    for state in range(fst.num_states):
+        arcs = [(a.ilabel, a.olabel, a.weight.value, a.nextstate) for a in kaldifst.ArcIterator(fst, state)]
+        span = range(arrays.offsets[state], arrays.offsets[state + 1])
+        assert arcs == [(int(arrays.ilabels[i]), int(arrays.olabels[i]), pytest.approx(float(arrays.weights[i])),
+                         int(arrays.next_states[i])) for i in span]
+        assert fst.final(state).value == pytest.approx(float(arrays.finals[state]))
+
+
+def test_a_graph_for_another_vocabulary_is_refused(loaded, speech, epsilon_graph, tmp_path) -> None:
+    lp, lengths = random_log_probs(2, 20, seed=5)
+    with pytest.raises(DecodingResourceError, match="reads input label 33, but the model writes 20 CTC columns"):
+        CTCWFST(DecodingGraphCache().get(epsilon_graph)).paths(lp, lengths, 19)
+    wider = tmp_path / "wider.fst"
+    ctc_topology(40, loaded.model.blank_id).write(str(wider))  # a CTC topology of 40 columns: labels up to 40
+    with pytest.raises(DecodingResourceError, match="reads input label 40, but the model writes 33 CTC columns"):
+        oasr.transcribe(speech[0].audio, loaded, decoding_graph=str(wider))
+
+
 def test_the_engine_and_the_api_decode_over_the_graph_as_the_strategy_does(loaded, speech, lexicon, log_probs,
                                                                            graph) -> None:
     lp, lengths = log_probs
-    paths = CTCWFST(read_graph(graph)).paths(lp, lengths, loaded.model.blank_id)
+    paths = CTCWFST(DecodingGraphCache().get(graph)).paths(lp, lengths, loaded.model.blank_id)
     results = oasr.transcribe([c.audio for c in speech], loaded, decoding_graph=str(graph), batch_size=3)
     assert [r.token_ids for r in results] == [p.token_ids for p in paths]
     assert [r.text.split() for r in results] == [[lexicon.words[w - 1] for w in p.word_ids] for p in paths]
@@ -201,11 +314,11 @@ def test_graph_files_are_read_once_and_refused_clearly(graph, tmp_path) -> None:
     cache = DecodingGraphCache()
     assert cache.get(str(graph)) is cache.get(str(graph))
     with pytest.raises(DecodingResourceError, match="not found"):
-        read_graph(tmp_path / "nothing.fst")
+        read_graph_arrays(tmp_path / "nothing.fst")
     empty = tmp_path / "empty.fst"
     kaldifst.StdVectorFst().write(str(empty))
     with pytest.raises(DecodingResourceError, match="no start state"):
-        read_graph(empty)
+        read_graph_arrays(empty)
 
 
 def test_a_decoding_graph_is_refused_where_no_strategy_can_use_it() -> None:

@@ -2,24 +2,23 @@
 
 The graph is what k2/icefall, sherpa-onnx and Kaldi build: an input label is a column of the model's CTC output
 plus one (label 0 is epsilon, so the blank at column ``b`` is label ``b + 1``), an output label a word id. The
-search is Kaldi's ``FasterDecoder`` (Viterbi beam search with a score beam and a cap on active states) from the
-``kaldi-decoder`` package, over a ``DecodableCtc`` of each row's log-probs: a well-kept library that icefall and
-sherpa-onnx decode with, so OASR reads the graph and the best path and writes no search of its own. It runs on
-the host, row by row; the log-probs come over in one copy per batch.
+search is a Viterbi beam search on the model's device, batched over the rows (``oasr.decode.wfst_search``), with
+the pruning of Kaldi's ``FasterDecoder`` and sherpa-onnx's settings for it; kaldifst reads the graph
+(``oasr.decode.wfst_graph``). The log-probs stay where the encoder wrote them.
 
 The best path gives one input label per frame; its CTC collapse (repeats merged, blanks dropped) is the token
 sequence the engine reports and the tokenizer turns into text. For that text to be the graph's words, the graph's
 lexicon must spell each word with the model's own tokens, as icefall's BPE lexicons do. The output labels (word
 ids of the graph's words table) come back beside the tokens for callers that read them.
 
-Needs the ``wfst`` extra: ``pip install 'oasr[wfst]'`` (kaldifst, kaldi-decoder).
+Needs the ``wfst`` extra: ``pip install 'oasr[wfst]'`` (kaldifst).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -28,28 +27,8 @@ from oasr.decode.base import DecodeStrategy, EncoderOutput
 from oasr.decode.ctc_greedy import CTCModel
 from oasr.decode.lexicon import DecodingResourceError
 from oasr.decode.pending import LaunchesEagerly
-
-if TYPE_CHECKING:  # annotations only: kaldifst is an optional dependency
-    import kaldifst
-
-_MISSING_EXTRA = "WFST decoding needs kaldifst and kaldi-decoder: pip install 'oasr[wfst]'"
-
-
-@dataclass(frozen=True)
-class WFSTOptions:
-    """Kaldi ``FasterDecoder``'s pruning. ``beam``: states whose cost is more than this above the best one's are
-    dropped (natural-log units); ``max_active`` / ``min_active``: bounds on the states kept per frame (the
-    beam tightens or widens to meet them). The defaults are sherpa-onnx's for its CTC FST decoder."""
-
-    beam: float = 16.0
-    max_active: int = 3000
-    min_active: int = 20
-
-    def __post_init__(self) -> None:
-        if not self.beam > 0:
-            raise ValueError(f"beam must be > 0, got {self.beam}")
-        if not 1 <= self.min_active <= self.max_active:
-            raise ValueError(f"need 1 <= min_active <= max_active, got {self.min_active}, {self.max_active}")
+from oasr.decode.wfst_graph import GraphArrays, SearchGraph, read_graph_arrays
+from oasr.decode.wfst_search import BestPath, SearchLimits, ViterbiSearch
 
 
 @dataclass(frozen=True)
@@ -61,26 +40,9 @@ class WFSTPath:
     word_ids: list[int]
     cost: float
 
-
-def read_graph(path: str | Path) -> kaldifst.StdFst:
-    """An OpenFst graph file (vector or const FST over the tropical semiring), refused clearly when missing,
-    unreadable or without a start state."""
-    try:
-        import kaldifst
-    except ImportError:
-        raise DecodingResourceError(_MISSING_EXTRA) from None
-    path = Path(path)
-    if not path.is_file():
-        raise DecodingResourceError(f"decoding graph file not found: {path}")
-    # OpenFst's readers return nothing (and log to stderr) for a file of another type; the const reader takes
-    # graphs written by ``fstconvert --fst_type=const``, as Kaldi's HCLG.fst often is.
-    graph = kaldifst.StdVectorFst.read(str(path)) or kaldifst.StdConstFst.read(str(path))
-    if graph is None:
-        raise DecodingResourceError(f"cannot read the decoding graph {path}: not an OpenFst file over the "
-                                    "standard (tropical) arc type")
-    if graph.start < 0:
-        raise DecodingResourceError(f"the decoding graph {path} has no start state (an empty FST)")
-    return graph
+    @classmethod
+    def of(cls, path: BestPath, blank_id: int) -> WFSTPath:
+        return cls(collapse_ctc(path.labels, blank_id), path.words, path.cost)
 
 
 def collapse_ctc(labels: list[int], blank_id: int) -> list[int]:
@@ -94,20 +56,25 @@ def collapse_ctc(labels: list[int], blank_id: int) -> list[int]:
     return tokens
 
 
-def decode_row(graph: kaldifst.StdFst, log_probs: torch.Tensor, blank_id: int, options: WFSTOptions) -> WFSTPath:
-    """log_probs: [T, V] float (one row, its valid frames) -> the best path through ``graph``; a row whose
-    frames reach no final state takes the best partial path, as Kaldi does (``use_final_probs``)."""
-    import kaldi_decoder
-    import kaldifst
+class DecodingGraph:
+    """A graph read once, laid out on each device that searches it (the arrays are kept on the host)."""
 
-    decoder = kaldi_decoder.FasterDecoder(graph, kaldi_decoder.FasterDecoderOptions(
-        beam=options.beam, max_active=options.max_active, min_active=options.min_active))
-    decoder.decode(kaldi_decoder.DecodableCtc(log_probs.float().numpy()))
-    found, lattice = decoder.get_best_path()
-    if not found:  # no token survived the beam (or the graph accepts no input): nothing decoded
-        return WFSTPath([], [], float("inf"))
-    _, labels, words, weight = kaldifst.get_linear_symbol_sequence(lattice)
-    return WFSTPath(collapse_ctc(list(labels), blank_id), list(words), weight.value1 + weight.value2)
+    def __init__(self, arrays: GraphArrays) -> None:
+        self.arrays = arrays
+        self.highest_label = int(arrays.ilabels.max()) if arrays.num_arcs else 0
+        self._placed: dict[torch.device, SearchGraph] = {}
+
+    def on(self, device: torch.device) -> SearchGraph:
+        if device not in self._placed:
+            self._placed[device] = SearchGraph.of(self.arrays, device)
+        return self._placed[device]
+
+    def check_columns(self, num_columns: int) -> None:
+        """Refuses a graph that reads a label past the model's output columns (built for another vocabulary)."""
+        if self.highest_label > num_columns:
+            raise DecodingResourceError(f"the decoding graph reads input label {self.highest_label}, but the model "
+                                        f"writes {num_columns} CTC columns (labels 1..{num_columns}): it was built "
+                                        "for another model's vocabulary")
 
 
 class DecodingGraphCache:
@@ -115,12 +82,20 @@ class DecodingGraphCache:
     is read once, at the first request that names it."""
 
     def __init__(self) -> None:
-        self._graphs: dict[str, kaldifst.StdFst] = {}
+        self._graphs: dict[str, DecodingGraph] = {}
 
-    def get(self, path: str) -> kaldifst.StdFst:
-        if path not in self._graphs:
-            self._graphs[path] = read_graph(path)
-        return self._graphs[path]
+    def get(self, path: str | Path) -> DecodingGraph:
+        key = str(path)
+        if key not in self._graphs:
+            self._graphs[key] = DecodingGraph(read_graph_arrays(key))
+        return self._graphs[key]
+
+
+class GraphCTCModel(CTCModel, Protocol):
+    """What the search reads of a model beyond CTC's contract: its output width, checked against a graph's
+    labels when a request names the graph."""
+
+    ctc_columns: int
 
 
 @DECODE_STRATEGIES.register("ctc_wfst")
@@ -128,24 +103,29 @@ class CTCWFST(LaunchesEagerly, DecodeStrategy):
     runner: ClassVar[str] = "frame_sync"  # the runner kind that drives it
     decodes_graphs: ClassVar[bool] = True  # serves DecodeOptions.decoding_graph (``for_graph``)
 
-    def __init__(self, graph: kaldifst.StdFst | None = None, options: WFSTOptions | None = None) -> None:
+    def __init__(self, graph: DecodingGraph | None = None, limits: SearchLimits | None = None) -> None:
         if graph is None:
-            raise ValueError("WFST decoding needs a decoding graph (read_graph / DecodingGraphCache)")
+            raise ValueError("WFST decoding needs a decoding graph (DecodingGraphCache)")
         self.graph = graph
-        self.options = options or WFSTOptions()
+        self.limits = limits or SearchLimits()
 
     @classmethod
-    def for_graph(cls, graph: kaldifst.StdFst) -> CTCWFST:
+    def for_graph(cls, graph: DecodingGraph) -> CTCWFST:
         """The search for requests that name ``graph`` (already read)."""
         return cls(graph)
 
+    def search(self, num_rows: int, device: torch.device) -> ViterbiSearch:
+        """A search of ``num_rows`` rows to advance frame block by frame block (a stream's chunks)."""
+        return ViterbiSearch(self.graph.on(device), num_rows, self.limits)
+
     def paths(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> list[WFSTPath]:
         """log_probs: [B, T, V], lengths: [B] -> each row's best path over its valid frames."""
-        host = log_probs.float().cpu()  # the one copy to the host
-        return [decode_row(self.graph, host[row, :length], blank_id, self.options)
-                for row, length in enumerate(lengths.tolist())]
+        self.graph.check_columns(log_probs.shape[-1])
+        search = self.search(log_probs.shape[0], log_probs.device)
+        search.advance(log_probs, lengths)
+        return [WFSTPath.of(path, blank_id) for path in search.best_paths()]
 
-    def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
+    def decode(self, model: GraphCTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the best path's tokens per row."""
         log_probs = model.ctc_log_probs(encoder_output.hidden)
         return [path.token_ids for path in self.paths(log_probs, encoder_output.lengths, model.blank_id)]

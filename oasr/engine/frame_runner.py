@@ -153,7 +153,8 @@ class FrameSyncRunner:
                                              "the word-level search takes no hotwords")
             self._words.get(options.lm, options.lexicon)  # a missing or unreadable file is refused here
         if options.decoding_graph is not None:
-            self._graphs.get(options.decoding_graph)  # likewise a missing or unreadable graph
+            # Likewise a missing or unreadable graph, or one built for another vocabulary.
+            self._graphs.get(options.decoding_graph).check_columns(self.model.ctc_columns)
 
     def prompt_len_for(self, options: DecodeOptions, num_samples: int) -> int:
         return self.prompt_len

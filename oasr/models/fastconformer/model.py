@@ -54,6 +54,11 @@ class ParakeetForCTC(FrameSyncModel):
     def blank_id(self) -> int:
         return self.config.blank_id
 
+    @property
+    def ctc_columns(self) -> int:
+        """Columns of ``ctc_log_probs`` (the blank included): what a decoding graph's input labels address."""
+        return self.config.vocab_size
+
     def encode(self, features: torch.Tensor, lengths: torch.Tensor) -> EncoderOutput:
         """features: [B, n_mels, T]; lengths: [B] real feature frames -> EncoderOutput ([B, T', D], [B])."""
         return self.encoder(features.to(self.ctc_head.weight.dtype), lengths)
