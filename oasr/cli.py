@@ -18,6 +18,7 @@ from oasr.devices import DEVICE_HELP, device_name, is_cuda
 from oasr.quantization import QUANT_METHODS
 from oasr.serving.formats import OUTPUT_FORMATS
 from oasr.serving.server_log import LOG_FORMATS
+from oasr.serving.server_decoding import DEFAULT_SERVER_BEAM_SIZE, ServerDecoding
 from oasr.serving.settings import GrpcSettings, ServerSettings
 from oasr.transcribe_command import (  # noqa: F401 (oasr.cli's names too)
     StdoutError, engine_config_of, output_names, write_output)
@@ -241,6 +242,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="a streaming model's two-pass final: this offline model (directory or Hub id), loaded in "
                    "the engine core beside it, transcribes each streamed turn's (or utterance's) audio, and its "
                    "text is the turn's completed transcript; the deltas stay the streamed ones")
+    _add_server_search(p)
     p.add_argument("--device", default="auto", type=device_name, help=DEVICE_HELP)
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
                    help="the model's weights and activations: auto is float16 on CUDA, float32 on the CPU")
@@ -260,6 +262,50 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="with --ray-replicas: GPUs each replica reserves (0.5 puts two replicas on one GPU)")
     _add_quantization(p)
     _add_kv_cache(p)
+
+
+def _add_server_search(p: argparse.ArgumentParser) -> None:
+    """oasr serve's search for every transcription (oasr.serving.server_decoding): files are the server's to name."""
+    p.add_argument("--lm", default=None, metavar="FILE",
+                   help="CTC models: every transcription is a word-level beam search scored by this KenLM n-gram "
+                   "model (ARPA or binary); requests choose the beam width with beam_size (default --beam-size)")
+    p.add_argument("--lexicon", default=None, metavar="FILE",
+                   help="the words the server's search may emit, one a line (default: the ARPA file's words)")
+    p.add_argument("--lm-weight", type=float, default=None,
+                   help="with --lm: weight of its log10 probabilities (default 0.5)")
+    p.add_argument("--word-bonus", type=float, default=None,
+                   help="with --lm or --lexicon: score added per emitted word (default 0)")
+    p.add_argument("--beam-size-token", type=int, default=None, metavar="N",
+                   help="with --lm or --lexicon: per frame, only the N likeliest tokens start or extend a word "
+                   "(default 16)")
+    p.add_argument("--beam-threshold", type=float, default=None, metavar="T",
+                   help="with --lm or --lexicon: drop candidates below the frame's best minus T (default 20)")
+    p.add_argument("--beam-size", type=int, default=None, metavar="N",
+                   help="with --lm or --lexicon: the beams of a request that sends no beam_size (default 8)")
+    p.add_argument("--decoding-graph", default=None, metavar="FILE",
+                   help="CTC models: every transcription decodes over this OpenFst graph (HLG.fst / TLG.fst; pip "
+                   "install 'oasr[wfst]'); requests with beam_size or hotwords are refused; not with --lm")
+
+
+def _server_decoding(args: argparse.Namespace) -> ServerDecoding | None:
+    """--lm / --lexicon / --decoding-graph and their knobs, their files checked before the engine starts."""
+    files = {"--lm": args.lm, "--lexicon": args.lexicon, "--decoding-graph": args.decoding_graph}
+    knobs = {"--lm-weight": args.lm_weight, "--word-bonus": args.word_bonus, "--beam-size": args.beam_size,
+             "--beam-size-token": args.beam_size_token, "--beam-threshold": args.beam_threshold}
+    if all(value is None for value in files.values()):
+        given = [flag for flag, value in knobs.items() if value is not None]
+        if given:
+            raise ValueError(f"{given[0]} needs --lm or --lexicon (the server's word-level search)")
+        return None
+    for flag, value in files.items():
+        if value is not None and not Path(value).expanduser().is_file():
+            raise ValueError(f"{flag} {value}: no such file")
+    if args.beam_size is not None and args.beam_size < 1:
+        raise ValueError(f"--beam-size must be >= 1, got {args.beam_size}")
+    return ServerDecoding(lm=args.lm, lexicon=args.lexicon, lm_weight=args.lm_weight, word_bonus=args.word_bonus,
+                          beam_size_token=args.beam_size_token, beam_threshold=args.beam_threshold,
+                          beam_size=DEFAULT_SERVER_BEAM_SIZE if args.beam_size is None else args.beam_size,
+                          decoding_graph=args.decoding_graph)
 
 
 def _add_models(sub: argparse._SubParsersAction) -> None:
@@ -344,6 +390,7 @@ def _serve_settings(args: argparse.Namespace) -> ServerSettings:
         diarization_device=args.device,
         punctuate=_punctuation_folder(args.punctuate),
         grpc=_grpc_settings(args),
+        decoding=_server_decoding(args),
     )
 
 

@@ -104,7 +104,7 @@ class EngineCore:
             try:
                 self.engine.check(message.options)
                 self._checks.append((client, CheckResult(message.call_id, None)))
-            except UnsupportedOptionError as exc:
+            except OASRError as exc:  # a refused option, or a file it names that cannot be read
                 self._checks.append((client, CheckResult(message.call_id, str(exc))))
         elif isinstance(message, AlignWords):
             self._alignments.append((client, self._align(message, audio)))

@@ -8,7 +8,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from oasr.serving.metrics import MetricsMiddleware
 from oasr.serving.protocol import APIError, internal_error
 from oasr.serving.realtime.connection import RealtimeService
 from oasr.serving.router import build_router
+from oasr.serving.server_decoding import preflight, with_server_decoding
 from oasr.serving.server_log import AccessLogMiddleware, Banner, log_banner, show_server_log
 from oasr.serving.serving import OpenAIServingTranscription
 from oasr.serving.settings import ServerSettings
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 def build_app(engine: EngineClient, settings: ServerSettings) -> FastAPI:
     """Everything the app holds lives on ``app.state``; two apps in one process share nothing."""
     app = FastAPI(title="OASR", summary="OpenAI-compatible speech-to-text", docs_url=None, redoc_url=None)
+    engine = with_server_decoding(engine, settings.decoding, settings.served_model_name)
     app.state.serving = OpenAIServingTranscription(engine, settings)
     app.state.realtime = RealtimeService(app.state.serving)  # /v1/realtime's sessions, beside the uploads
     app.state.lifecycle = ServerLifecycle(app.state.serving)  # what /health says; the server drains it
@@ -176,7 +178,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             server_config = uvicorn_config(app, settings, host=host, port=port, log_level=level)
             ServingServer(server_config, app.state.lifecycle, on_started=lambda: log_banner(banner),
-                          grpc=grpc_front_end(app, settings, host)).run()
+                          grpc=grpc_front_end(app, settings, host),
+                          preflight=lambda: preflight(app.state.serving.engine)).run()
         finally:
             engine.shutdown()
 
@@ -186,13 +189,16 @@ class ServingServer(uvicorn.Server):
     ``draining``) the moment it starts shutting down, before its requests in flight have finished."""
 
     def __init__(self, config: uvicorn.Config, lifecycle: ServerLifecycle, on_started: Callable[[], None],
-                 grpc: GrpcFrontEnd | None = None) -> None:
+                 grpc: GrpcFrontEnd | None = None, preflight: Callable[[], Awaitable[None]] | None = None) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
         self.on_started = on_started
         self.grpc = grpc  # the Riva gRPC service, on this server's event loop
+        self.preflight = preflight  # awaited before anything listens; what it raises stops the server
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.preflight is not None:
+            await self.preflight()
         if self.grpc is not None:  # first: a port it cannot bind stops the server before HTTP listens
             await self.grpc.start()
         await super().startup(sockets)

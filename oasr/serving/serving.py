@@ -66,6 +66,7 @@ from oasr.serving.protocol import (
     internal_error,
     validation_error,
 )
+from oasr.serving.server_decoding import ServerSearchConflict
 from oasr.serving.settings import ServerSettings
 from oasr.serving.sse import SSEResponse, sse_data
 from oasr.serving.upload import ClientGone, read_form, split_form, wait_for_disconnect
@@ -272,6 +273,8 @@ class OpenAIServingTranscription:
             raise APIError(400, f"{exc}.", param=param, code="invalid_value") from None
         try:
             await self.engine.check(options)
+        except ServerSearchConflict as exc:  # the request against the server's own search (oasr serve --lm)
+            raise APIError(400, f"{exc}.", param=exc.param, code="unsupported_option") from None
         except UnsupportedOptionError as exc:
             raise await self._refusal(options, exc) from None
         return options

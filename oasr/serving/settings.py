@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from oasr.serving.server_decoding import ServerDecoding
+
 KIB = 1 << 10
 MIB = 1 << 20
 # A request head's limit: 4 times nginx's default (4 buffers of 8 KiB), room for long cookies and tokens.
@@ -111,6 +113,8 @@ class ServerSettings:
     # none, in each HTTP worker on its CPU (None: answers as decoded)
     punctuate: str | None = None
     grpc: GrpcSettings | None = None  # None: no gRPC service
+    # --lm / --lexicon / --decoding-graph: the search every transcription decodes with (None: the request's own)
+    decoding: ServerDecoding | None = None
 
     def __post_init__(self) -> None:
         if self.log_format not in ("text", "json"):

@@ -1,0 +1,123 @@
+"""``oasr serve --lm / --lexicon / --decoding-graph``: a search the server runs every transcription with.
+
+A request cannot name a file on the server (it could read any), so a language model, lexicon or WFST graph is
+chosen when the server starts, and every transcription it makes (HTTP uploads, realtime turns, gRPC) decodes with
+it: the engine client is wrapped so that each request's options gain the server's before they are checked or
+decoded. A request still chooses its beam width (``beam_size``; the server's ``--beam-size`` where it sends none);
+the weights and pruning are the server's. What does not combine with the server's search is refused naming the
+request's field: ``hotwords`` beside a word-level search (which takes none yet), ``beam_size`` or ``hotwords``
+beside a graph (searched with its own beam).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from oasr.engine.request import BULK_PRIORITY, RequestOutput
+from oasr.errors import UnsupportedOptionError
+from oasr.hosting.engine_client import EngineClient
+from oasr.models.capabilities import check_options
+from oasr.types import DecodeOptions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SERVER_BEAM_SIZE = 8
+
+
+class ServerSearchConflict(UnsupportedOptionError):
+    """A request field (``param``) that does not combine with the server's search."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class ServerDecoding:
+    """The server's search: a word-level beam search (``lm`` and/or ``lexicon``, with its weights and pruning,
+    ``beam_size`` beams where a request names none) or decoding over ``decoding_graph``."""
+
+    lm: str | None = None
+    lexicon: str | None = None
+    lm_weight: float | None = None
+    word_bonus: float | None = None
+    beam_size_token: int | None = None
+    beam_threshold: float | None = None
+    beam_size: int = DEFAULT_SERVER_BEAM_SIZE
+    decoding_graph: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.decoding_graph is None and not self.words:
+            raise ValueError("ServerDecoding needs lm, lexicon or decoding_graph")
+        knobs = (self.lm_weight, self.word_bonus, self.beam_size_token, self.beam_threshold)
+        if self.decoding_graph is not None and (self.words or any(k is not None for k in knobs)):
+            raise ValueError("a decoding graph does not combine with a language model, a lexicon or their weights "
+                             "(the graph holds its own)")
+        self.apply(DecodeOptions())  # DecodeOptions' own rules on the word search's values
+
+    @property
+    def words(self) -> bool:
+        return self.lm is not None or self.lexicon is not None
+
+    def apply(self, options: DecodeOptions) -> DecodeOptions:
+        """``options`` with the server's search; ``UnsupportedOptionError`` naming a request field that does not
+        combine with it."""
+        if self.decoding_graph is not None:
+            for name in ("beam_size", "hotwords"):
+                if getattr(options, name):
+                    raise ServerSearchConflict(f"this server decodes every request over its WFST graph (oasr serve "
+                                               f"--decoding-graph), which does not combine with {name}", name)
+            return replace(options, decoding_graph=self.decoding_graph)
+        if options.hotwords:
+            raise ServerSearchConflict("this server decodes with a language model or lexicon (oasr serve --lm / "
+                                       "--lexicon), whose word-level search takes no hotwords yet", "hotwords")
+        return replace(options, beam_size=options.beam_size or self.beam_size, lm=self.lm, lexicon=self.lexicon,
+                       lm_weight=self.lm_weight, word_bonus=self.word_bonus, beam_size_token=self.beam_size_token,
+                       beam_threshold=self.beam_threshold)
+
+    def describe(self) -> str:
+        if self.decoding_graph is not None:
+            return f"WFST graph {self.decoding_graph}"
+        files = ", ".join(f for f in (self.lm, self.lexicon) if f is not None)
+        return f"word-level beam search ({files}), {self.beam_size} beams by default"
+
+
+class ServerDecodingClient:
+    """An engine client whose requests all decode with ``decoding``: options pass through ``decoding.apply`` on
+    their way to ``check`` and ``generate``; everything else is the wrapped client's."""
+
+    def __init__(self, engine: EngineClient, decoding: ServerDecoding) -> None:
+        self._engine = engine
+        self.decoding = decoding
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def check(self, options: DecodeOptions) -> None:
+        await self._engine.check(self.decoding.apply(options))
+
+    def generate(self, audio: np.ndarray, options: DecodeOptions, *, partial: bool = True,
+                 priority: int = BULK_PRIORITY) -> AsyncIterator[RequestOutput]:
+        return self._engine.generate(audio, self.decoding.apply(options), partial=partial, priority=priority)
+
+
+def with_server_decoding(engine: EngineClient, decoding: ServerDecoding | None, model_name: str) -> EngineClient:
+    """``engine`` itself without a server search; else wrapped, once the model is known to serve the search (its
+    files are read by the first check, ``preflight``)."""
+    if decoding is None:
+        return engine
+    check_options(engine.capabilities, decoding.apply(DecodeOptions()), model_name)
+    return ServerDecodingClient(engine, decoding)  # type: ignore[return-value]
+
+
+async def preflight(engine: EngineClient) -> None:
+    """Reads the server search's files before the server listens: the engine loads them on this check, so a
+    missing or unreadable file stops the server instead of failing its first request."""
+    await engine.check(DecodeOptions())
+    if isinstance(engine, ServerDecodingClient):
+        log.info("every transcription decodes with a %s", engine.decoding.describe())
