@@ -54,7 +54,7 @@ class ArpaTables:
 
     @classmethod
     def read(cls, path: str | Path) -> ArpaTables:
-        grams = _read_sections(Path(path))
+        grams = read_sections(Path(path))
         vocab = {g[0]: i for i, g in enumerate(grams[0])}
         if UNK not in vocab:
             vocab[UNK] = len(vocab)
@@ -113,7 +113,7 @@ class ArpaTables:
         return total
 
 
-def _read_sections(path: Path) -> list[dict[tuple[str, ...], tuple[float, float]]]:
+def read_sections(path: Path) -> list[dict[tuple[str, ...], tuple[float, float]]]:
     """The n-gram sections of an ARPA file: per order, each n-gram's (log10 probability, back-off weight)."""
     grams: list[dict[tuple[str, ...], tuple[float, float]]] = []
     current = 0
