@@ -201,15 +201,17 @@ def random_log_probs(rows: int, columns: int, seed: int) -> tuple[torch.Tensor, 
     return scores.log_softmax(-1), lengths
 
 
+@pytest.mark.parametrize("table_entries", [SearchLimits.table_entries, 0], ids=["key table", "sorted keys"])
 def test_a_graph_with_epsilon_arcs_decodes_as_kaldi_decoder_and_the_exact_shortest_path(
-        loaded, log_probs, epsilon_graph) -> None:
+        loaded, log_probs, epsilon_graph, table_entries) -> None:
     """Epsilon rounds (outputs written on epsilon arcs, a backoff state, an epsilon cycle), on the clips and on
-    random frames."""
+    random frames; recombining through a table of (row, state) keys and by sorting them."""
     graph = DecodingGraphCache().get(epsilon_graph)
     assert not graph.on(torch.device("cpu")).epsilon.empty
     blank = loaded.model.blank_id
+    strategy = CTCWFST(graph, SearchLimits(table_entries=table_entries))
     for lp, lengths in (log_probs, random_log_probs(8, log_probs[0].shape[-1], seed=1)):
-        for row, path in enumerate(CTCWFST(graph).paths(lp, lengths, blank)):
+        for row, path in enumerate(strategy.paths(lp, lengths, blank)):
             frames = lp[row, : lengths[row]].float()
             assert (path.token_ids, path.word_ids) == kaldi_decoder_path(epsilon_graph, frames, blank)[:2]
             exact = shortest_path(epsilon_graph, frames, blank)

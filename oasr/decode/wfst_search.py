@@ -43,6 +43,10 @@ class SearchLimits:
     max_active: int = 3000
     min_active: int = 20
     max_epsilon_rounds: int = 256
+    # Recombination keeps a table of rows x graph states (8 bytes an entry) while it fits this many entries, and
+    # sorts the candidates' (row, state) keys otherwise: the table is one scatter per frame, the sort several
+    # passes; a graph of millions of states in a batch of dozens of rows sorts.
+    table_entries: int = 1 << 26
 
     def __post_init__(self) -> None:
         if not self.beam > 0:
@@ -92,7 +96,7 @@ def _arcs_of(table: ArcTable, states: torch.Tensor) -> tuple[torch.Tensor, torch
     return which, first[which] + torch.arange(total, device=states.device) - before[which]
 
 
-def _cheapest(keys: torch.Tensor, costs: torch.Tensor) -> torch.Tensor:
+def _cheapest_sorted(keys: torch.Tensor, costs: torch.Tensor) -> torch.Tensor:
     """The index of the cheapest entry of each distinct key (the first such, on ties), ordered by key."""
     distinct, group = torch.unique(keys, return_inverse=True)
     best = torch.full((len(distinct),), torch.inf, device=costs.device)
@@ -100,6 +104,27 @@ def _cheapest(keys: torch.Tensor, costs: torch.Tensor) -> torch.Tensor:
     index = torch.arange(len(keys), device=keys.device)
     candidates = torch.where(costs == best[group], index, len(keys))
     return torch.full_like(best, len(keys), dtype=torch.long).scatter_reduce(0, group, candidates, "amin")
+
+
+class _KeyTable:
+    """Recombination through a table indexed by key (row x states + state): the cheapest cost and the first
+    index reaching it are scattered in, the winners read back, and only the touched entries reset after."""
+
+    _NONE = torch.iinfo(torch.int32).max
+
+    def __init__(self, size: int, device: torch.device) -> None:
+        self.best = torch.full((size,), torch.inf, device=device)
+        self.first = torch.full((size,), self._NONE, dtype=torch.int32, device=device)
+
+    def cheapest(self, keys: torch.Tensor, costs: torch.Tensor) -> torch.Tensor:
+        """The index of the cheapest entry of each distinct key (the first such, on ties), in entry order."""
+        index = torch.arange(len(keys), dtype=torch.int32, device=keys.device)
+        self.best.scatter_reduce_(0, keys, costs, "amin")
+        self.first.scatter_reduce_(0, keys, torch.where(costs == self.best[keys], index, self._NONE), "amin")
+        won = (self.first[keys] == index).nonzero().squeeze(1)
+        self.best.index_fill_(0, keys, torch.inf)
+        self.first.index_fill_(0, keys, self._NONE)
+        return won
 
 
 class ViterbiSearch:
@@ -111,6 +136,9 @@ class ViterbiSearch:
         self.limits = limits or SearchLimits()
         self.num_rows = num_rows
         self.device = graph.finals.device
+        entries = num_rows * graph.num_states
+        table = _KeyTable(entries, self.device) if 0 < entries <= self.limits.table_entries else None
+        self._cheapest = table.cheapest if table is not None else _cheapest_sorted
         self._history: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (parent, ilabel, olabel)
         self._history_size = 0
         rows = torch.arange(num_rows, device=self.device)
@@ -183,7 +211,7 @@ class ViterbiSearch:
         row, label = tokens.row[which], table.ilabels[arc]
         cost = tokens.cost[which] + table.weights[arc] - frame[row, label - 1]
         state = table.next_states[arc]
-        won = _cheapest(row * self.graph.num_states + state, cost)
+        won = self._cheapest(row * self.graph.num_states + state, cost)
         row, state, cost, which, arc = row[won], state[won], cost[won], which[won], arc[won]
         cutoff = self._row_best(row, cost) + self.limits.beam
         kept = cost <= cutoff[row]
@@ -209,7 +237,7 @@ class ViterbiSearch:
                 break
             source, row, state, cost, arc = source[kept], row[kept], state[kept], cost[kept], arc[kept]
             keys = torch.cat([tokens.row, row]) * self.graph.num_states + torch.cat([tokens.state, state])
-            won = _cheapest(keys, torch.cat([tokens.cost, cost]))  # a tie keeps the token already there
+            won = self._cheapest(keys, torch.cat([tokens.cost, cost]))  # a tie keeps the token already there
             fresh = won >= len(tokens)
             if not bool(fresh.any()):
                 break
