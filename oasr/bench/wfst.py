@@ -8,11 +8,13 @@ H200 (one command; prints one JSON line; kaldifst and kaldi-decoder are needed: 
     python -m oasr.bench.wfst --arch parakeet-ctc-1.1b --num-utterances 1024 --device cuda
 
 The model, tokenizer, lexicon and 3-gram file are those of ``oasr.bench.ctc_lm`` (5,000 words of 1-3 tokens, an LM
-counted from 20,000 Zipf sentences); the graph is built here in seconds. Timed: whole-engine runs (features, encoder,
-search) of greedy and graph requests, alternating, ``--rounds`` each after one warm-up, best counts; then the search
-alone, on the device, over the log-probs of ``--kaldi-clips`` clips, and kaldi-decoder over the same log-probs in a
-pool of ``--cpu-workers`` processes (one row at a time each, as it decodes); throughput is audio seconds per
-second. ``paths_equal_kaldi`` is the fraction of those clips whose words and tokens equal kaldi-decoder's.
+counted from 20,000 Zipf sentences); the graph is built here in seconds. Random weights give flat CTC posteriors,
+under which every search keeps the most tokens it may; ``--ctc-logit-scale`` sharpens them towards a trained
+model's. Timed: whole-engine runs (features, encoder, search) of greedy and graph requests, alternating,
+``--rounds`` each after one warm-up, best counts; then the search alone, on the device, over the log-probs of
+``--kaldi-clips`` clips, and kaldi-decoder over the same log-probs in a pool of ``--cpu-workers`` processes (one row
+at a time each, as it decodes); throughput is audio seconds per second. ``paths_equal_kaldi`` is the fraction of
+those clips whose words and tokens equal kaldi-decoder's.
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-encode-rows", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     parser.add_argument("--kaldi-clips", type=int, default=256)
+    parser.add_argument("--ctc-logit-scale", type=float, default=6.0,
+                        help="multiplies the random CTC head's weights: random weights give flat posteriors (the "
+                        "top token's mean log-prob about -3 at 1), where a trained model's are peaked (near 0); "
+                        "the JSON reports the mean the scale gave")
     parser.add_argument("--cpu-workers", type=int, default=os.cpu_count() or 1)
     return parser
 
@@ -96,6 +102,9 @@ def main(argv: list[str] | None = None) -> dict:
         tmp = Path(tmp)
         vocab_size = ctc_lm.build(args.arch, tmp / "model")
         loaded = from_pretrained(tmp / "model", device=device, dtype=dtype)
+        with torch.no_grad():
+            loaded.model.ctc_head.weight.mul_(args.ctc_logit_scale)
+            loaded.model.ctc_head.bias.mul_(args.ctc_logit_scale)
         words = ctc_lm.lexicon_words(vocab_size, args.num_words)
         arpa = ctc_lm.write_trigram_arpa(tmp / "3gram.arpa", words, num_sentences=args.num_sentences)
         start = time.perf_counter()
@@ -158,6 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
                          "rounds": [round(t, 3) for t in graph_times], "warm_up_seconds": round(warm_up_s, 1),
                          "tokens_per_clip": round(float(np.mean([len(o.token_ids) for o in graph_out])), 2)},
         "graph_over_greedy_time": round(graph_s / greedy_s, 2),
+        "ctc_logit_scale": args.ctc_logit_scale,
+        "top_token_mean_log_prob": round(float(np.mean([p.max(-1).mean() for p in log_probs])), 3),
         "search_only": {"clips": len(log_probs), "seconds": round(search_s, 3),
                         "audio_seconds_per_second": round(clips_s / search_s, 1)},
         "kaldi_decoder": {"clips": len(log_probs), "workers": args.cpu_workers, "seconds": round(kaldi_s, 3),

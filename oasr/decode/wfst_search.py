@@ -31,6 +31,7 @@ import torch
 from oasr.decode.wfst_graph import ArcTable, SearchGraph
 
 _TRACE_BLOCK = 64  # traceback steps between two checks that every row's walk has ended
+_BUCKETS = 256  # per row, for a minimum over many tokens
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,24 @@ def _arcs_of(table: ArcTable, states: torch.Tensor) -> tuple[torch.Tensor, torch
     return which, first[which] + torch.arange(total, device=states.device) - before[which]
 
 
-def _cheapest_sorted(keys: torch.Tensor, costs: torch.Tensor) -> torch.Tensor:
-    """The index of the cheapest entry of each distinct key (the first such, on ties), ordered by key."""
+def _labels(labels: torch.Tensor, arc: torch.Tensor) -> torch.Tensor:
+    """``labels[arc]`` where ``arc`` indexes them, 0 elsewhere (an entry of the other kind of arc)."""
+    if not len(labels):
+        return torch.zeros_like(arc)
+    inside = (arc >= 0) & (arc < len(labels))
+    return torch.where(inside, labels[arc.clamp(0, len(labels) - 1)], 0)
+
+
+def _cheapest_sorted(keys: torch.Tensor, costs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The index of the cheapest entry of each distinct key (the first such, on ties), where ``keep`` holds for
+    it; ordered by key."""
     distinct, group = torch.unique(keys, return_inverse=True)
     best = torch.full((len(distinct),), torch.inf, device=costs.device)
     best = best.scatter_reduce(0, group, costs, "amin")
     index = torch.arange(len(keys), device=keys.device)
     candidates = torch.where(costs == best[group], index, len(keys))
-    return torch.full_like(best, len(keys), dtype=torch.long).scatter_reduce(0, group, candidates, "amin")
+    won = torch.full_like(best, len(keys), dtype=torch.long).scatter_reduce(0, group, candidates, "amin")
+    return won[keep[won].nonzero().squeeze(1)]
 
 
 class _KeyTable:
@@ -116,12 +127,13 @@ class _KeyTable:
         self.best = torch.full((size,), torch.inf, device=device)
         self.first = torch.full((size,), self._NONE, dtype=torch.int32, device=device)
 
-    def cheapest(self, keys: torch.Tensor, costs: torch.Tensor) -> torch.Tensor:
-        """The index of the cheapest entry of each distinct key (the first such, on ties), in entry order."""
+    def cheapest(self, keys: torch.Tensor, costs: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """The index of the cheapest entry of each distinct key (the first such, on ties), where ``keep`` holds for
+        it; in entry order."""
         index = torch.arange(len(keys), dtype=torch.int32, device=keys.device)
         self.best.scatter_reduce_(0, keys, costs, "amin")
         self.first.scatter_reduce_(0, keys, torch.where(costs == self.best[keys], index, self._NONE), "amin")
-        won = (self.first[keys] == index).nonzero().squeeze(1)
+        won = ((self.first[keys] == index) & keep).nonzero().squeeze(1)
         self.best.index_fill_(0, keys, torch.inf)
         self.first.index_fill_(0, keys, self._NONE)
         return won
@@ -139,7 +151,7 @@ class ViterbiSearch:
         entries = num_rows * graph.num_states
         table = _KeyTable(entries, self.device) if 0 < entries <= self.limits.table_entries else None
         self._cheapest = table.cheapest if table is not None else _cheapest_sorted
-        self._history: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (parent, ilabel, olabel)
+        self._history: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parent entry, arc) per entry
         self._history_size = 0
         rows = torch.arange(num_rows, device=self.device)
         start = _Tokens(rows, torch.full_like(rows, graph.start), torch.zeros(num_rows, device=self.device),
@@ -150,12 +162,17 @@ class ViterbiSearch:
         """log_probs: [num_rows, T, V] (a row's frames in order, continuing its previous ones), lengths: [num_rows]
         (its frames in this call; the rest are padding)."""
         log_probs = torch.nan_to_num(log_probs.float(), nan=-torch.inf)
+        shortest, longest = (int(lengths.min()), int(lengths.max())) if len(lengths) else (0, 0)
         lengths = lengths.to(self.device)
-        for frame in range(int(lengths.max()) if len(lengths) else 0):
+        for frame in range(longest):
+            if frame < shortest:  # every row reads the frame
+                self._tokens = self._read_frame(self._tokens, log_probs[:, frame])
+                continue
             live = (lengths > frame)[self._tokens.row]
-            idle = self._tokens.take(~live)
-            moved = self._read_frame(self._tokens.take(live), log_probs[:, frame])
-            self._tokens = idle.join(moved)
+            order = torch.argsort(live.to(torch.int8), stable=True)  # the idle rows' tokens, then the live ones'
+            num_idle = len(order) - int(live.sum())
+            idle = self._tokens.take(order[:num_idle])
+            self._tokens = idle.join(self._read_frame(self._tokens.take(order[num_idle:]), log_probs[:, frame]))
 
     def best_paths(self) -> list[BestPath]:
         """Each row's cheapest token at a final state (its final weight added), or its cheapest token where none
@@ -181,7 +198,12 @@ class ViterbiSearch:
         empty: list[list[int]] = [[] for _ in range(self.num_rows)]
         if not self._history_size:
             return empty, [[] for _ in range(self.num_rows)]
-        parent, ilabel, olabel = (torch.cat(parts) for parts in zip(*self._history))
+        parent, arc = (torch.cat(parts) for parts in zip(*self._history))
+        arc = arc.long()
+        reads = arc >= 0
+        ilabel = torch.where(reads, _labels(self.graph.emitting.ilabels, arc), 0)
+        olabel = torch.where(reads, _labels(self.graph.emitting.olabels, arc),
+                             _labels(self.graph.epsilon.olabels, -1 - arc))
         steps: list[tuple[torch.Tensor, torch.Tensor]] = []
         while bool((pointer >= 0).any()):
             for _ in range(_TRACE_BLOCK):
@@ -192,10 +214,10 @@ class ViterbiSearch:
         outputs = torch.stack([s[1] for s in steps], 1).flip(1).tolist()
         return [[x for x in row if x] for row in inputs], [[x for x in row if x] for row in outputs]
 
-    def _record(self, parent: torch.Tensor, ilabel: torch.Tensor, olabel: torch.Tensor) -> torch.Tensor:
-        """Appends history entries; their indices."""
+    def _record(self, parent: torch.Tensor, arc: torch.Tensor) -> torch.Tensor:
+        """Appends history entries (arc: an emitting arc's index, or -1 - an epsilon arc's); their indices."""
         index = self._history_size + torch.arange(len(parent), device=self.device)
-        self._history.append((parent, ilabel, olabel))
+        self._history.append((parent, arc.to(torch.int32)))
         self._history_size += len(parent)
         return index
 
@@ -211,13 +233,10 @@ class ViterbiSearch:
         row, label = tokens.row[which], table.ilabels[arc]
         cost = tokens.cost[which] + table.weights[arc] - frame[row, label - 1]
         state = table.next_states[arc]
-        won = self._cheapest(row * self.graph.num_states + state, cost)
-        row, state, cost, which, arc = row[won], state[won], cost[won], which[won], arc[won]
-        cutoff = self._row_best(row, cost) + self.limits.beam
-        kept = cost <= cutoff[row]
-        row, state, cost, which, arc = row[kept], state[kept], cost[kept], which[kept], arc[kept]
-        trace = self._record(tokens.trace[which], table.ilabels[arc], table.olabels[arc])
-        return self._follow_epsilons(_Tokens(row, state, cost, trace), cutoff)
+        cutoff = self._row_best(row, cost) + self.limits.beam  # the best candidate is a winner: the same cutoff
+        won = self._cheapest(row * self.graph.num_states + state, cost, cost <= cutoff[row])
+        trace = self._record(tokens.trace[which[won]], arc[won])
+        return self._follow_epsilons(_Tokens(row[won], state[won], cost[won], trace), cutoff)
 
     def _follow_epsilons(self, tokens: _Tokens, cutoff: torch.Tensor) -> _Tokens:
         """Epsilon arcs from ``tokens`` (distinct states per row) until none improves a token; cutoff: [num_rows]."""
@@ -232,32 +251,35 @@ class ViterbiSearch:
             source = frontier[which]
             row, state = tokens.row[source], table.next_states[arc]
             cost = tokens.cost[source] + table.weights[arc]
-            kept = cost <= cutoff[row]
-            if not bool(kept.any()):
-                break
-            source, row, state, cost, arc = source[kept], row[kept], state[kept], cost[kept], arc[kept]
             keys = torch.cat([tokens.row, row]) * self.graph.num_states + torch.cat([tokens.state, state])
-            won = self._cheapest(keys, torch.cat([tokens.cost, cost]))  # a tie keeps the token already there
+            costs = torch.cat([tokens.cost, cost])
+            keep = torch.cat([torch.ones_like(tokens.cost, dtype=torch.bool), cost <= cutoff[row]])
+            won = self._cheapest(keys, costs, keep)  # a tie keeps the token already there
             fresh = won >= len(tokens)
-            if not bool(fresh.any()):
+            order = torch.argsort(fresh.to(torch.int8), stable=True)  # the tokens kept, then the new ones
+            num_kept = len(won) - int(fresh.sum())
+            if num_kept == len(won):
                 break
-            new = won[fresh] - len(tokens)
-            trace = self._record(tokens.trace[source[new]], table.ilabels[arc[new]], table.olabels[arc[new]])
-            kept_tokens = tokens.take(won[~fresh])
-            tokens = kept_tokens.join(_Tokens(row[new], state[new], cost[new], trace))
-            frontier = torch.arange(len(kept_tokens), len(tokens), device=self.device)
+            new = won[order[num_kept:]] - len(tokens)
+            trace = self._record(tokens.trace[source[new]], -1 - arc[new])
+            tokens = tokens.take(won[order[:num_kept]]).join(_Tokens(row[new], state[new], cost[new], trace))
+            frontier = torch.arange(num_kept, len(tokens), device=self.device)
         return tokens
 
     def _row_best(self, row: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
-        best = torch.full((self.num_rows,), torch.inf, device=self.device)
-        return best.scatter_reduce(0, row, cost, "amin")
+        """[num_rows]: each row's least cost. Spread over buckets first: hundreds of thousands of atomic minimums
+        into a few dozen places would queue behind each other."""
+        bucket = row * _BUCKETS + torch.arange(len(row), device=self.device) % _BUCKETS
+        best = torch.full((self.num_rows * _BUCKETS,), torch.inf, device=self.device)
+        return best.scatter_reduce(0, bucket, cost, "amin").view(self.num_rows, _BUCKETS).amin(1)
 
     def _prune(self, tokens: _Tokens) -> _Tokens:
         """Per row: within ``beam`` of the best, at most ``max_active``, at least ``min_active`` (Kaldi's cutoff)."""
         limits = self.limits
         by_cost = torch.argsort(tokens.cost, stable=True)
         order = by_cost[torch.argsort(tokens.row[by_cost], stable=True)]  # by row, then by cost
-        counts = torch.bincount(tokens.row, minlength=self.num_rows)
+        counts = torch.zeros(self.num_rows, dtype=torch.long, device=self.device)
+        counts = counts.scatter_add(0, tokens.row, torch.ones_like(tokens.row))
         first = torch.cumsum(counts, 0) - counts
         rank = torch.empty_like(order)
         rank[order] = torch.arange(len(order), device=self.device) - first[tokens.row[order]]
