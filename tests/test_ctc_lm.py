@@ -25,7 +25,8 @@ from oasr.errors import UnsupportedOptionError
 from oasr.models.capabilities import capabilities_of, check_options
 from oasr.models.loader import from_pretrained
 from oasr.models.whisper.model import WhisperForConditionalGeneration
-from oasr.types import DecodeOptions
+from oasr.decode.word_boosts import WordBoosts
+from oasr.types import DecodeOptions, Hotword, HotwordsError
 from parakeet_reference import build_reference, write_tokenizer
 from random_word_lm import random_lexicon_and_lm, write_bigram_arpa
 from speech_data import audio_path, clips, manifest_entries
@@ -34,6 +35,10 @@ kenlm = pytest.importorskip("kenlm")
 fl = pytest.importorskip("flashlight.lib.text.decoder")
 
 CLIP_IDS = ("ps_librivox_0880", "ps_librivox_0890", "ps_librivox_0870")
+
+
+def LEXICON_WORDS(speech) -> list[str]:  # noqa: N802 (a constant's spelling: the words every search here knows)
+    return sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a", "dog"})
 
 
 class KenLMByHistory(fl.LM):
@@ -66,8 +71,21 @@ class KenLMByHistory(fl.LM):
         return self._next(state, -1, "</s>")
 
 
+class BoostedKenLM(KenLMByHistory):
+    """The same, with each hotword's boost added as the word is written (``boost / lm_weight``, as flashlight
+    weighs what an LM returns): what single-word hotwords are to the word-level search."""
+
+    def __init__(self, path: Path | None, words: tuple[str, ...], boosts: dict[str, float], lm_weight: float) -> None:
+        super().__init__(path, words)
+        self.boosts, self.lm_weight = boosts, lm_weight
+
+    def score(self, state, index: int):
+        out, score = super().score(state, index)
+        return out, score + self.boosts.get(self.words[index], 0.0) / self.lm_weight
+
+
 def flashlight_best(log_probs: torch.Tensor, blank: int, lexicon: Lexicon, lm_path: Path | None,
-                    options: LexiconBeamOptions) -> tuple[list[int], float]:
+                    options: LexiconBeamOptions, boosts: dict[str, float] | None = None) -> tuple[list[int], float]:
     """log_probs: [T, V] -> (word ids, score) of flashlight's best hypothesis, pruned as ``options`` say (no
     threshold is flashlight's 1e30, every token its beam_size_token=V)."""
     v = log_probs.shape[-1]
@@ -80,7 +98,8 @@ def flashlight_best(log_probs: torch.Tensor, blank: int, lexicon: Lexicon, lm_pa
         beam_threshold=min(options.beam_threshold, 1e30), lm_weight=options.lm_weight,
         word_score=options.word_bonus, unk_score=float("-inf"), sil_score=0.0, log_add=True,
         criterion_type=fl.CriterionType.CTC)
-    lm = KenLMByHistory(lm_path, lexicon.words)
+    lm = (KenLMByHistory(lm_path, lexicon.words) if boosts is None
+          else BoostedKenLM(lm_path, lexicon.words, boosts, options.lm_weight))
     decoder = fl.LexiconDecoder(decoder_options, trie, lm, blank, blank, -1, [], False)
     emissions = log_probs.float().contiguous()
     best = decoder.decode(emissions.data_ptr(), emissions.shape[0], v)[0]
@@ -127,17 +146,20 @@ def log_probs(loaded, speech) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def search_and_flashlight(loaded, speech, arpa, log_probs, with_lm: bool, options: LexiconBeamOptions,
-                          kind: str = "device") -> tuple[list[list[int]], list[float]]:
-    """Runs the search with ``options``, asserts flashlight's best equals it on every row -> (words, scores)."""
-    words = sorted({w for c in speech for w in c.text.split()} | {"the", "cat", "is", "on", "a", "dog"})
-    lexicon = Lexicon.spelled(words, loaded.tokenizer)
+                          kind: str = "device", hotwords: tuple[Hotword, ...] = ()) -> tuple[list[list[int]], list[float]]:
+    """Runs the search with ``options`` (and single-word ``hotwords``), asserts flashlight's best equals it on
+    every row -> (words, scores)."""
+    lexicon = Lexicon.spelled(LEXICON_WORDS(speech), loaded.tokenizer)
     lp, lengths = log_probs
+    boosts = WordBoosts.build(hotwords, lexicon, "cpu") if hotwords else None
     search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]),
-                               histories(kind, arpa if with_lm else None, lexicon), loaded.model.blank_id, options)
+                               histories(kind, arpa if with_lm else None, lexicon), loaded.model.blank_id, options,
+                               boosts)
     _, got_words, got_scores = search.run(lp, lengths)
     for row in range(len(speech)):
         want_words, want_score = flashlight_best(lp[row, : lengths[row]], loaded.model.blank_id, lexicon,
-                                                 arpa if with_lm else None, options)
+                                                 arpa if with_lm else None, options,
+                                                 {h.phrase: h.boost for h in hotwords} if hotwords else None)
         assert got_words[row] == want_words
         assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6)
     return got_words, got_scores
@@ -174,9 +196,34 @@ def test_pruning_equals_flashlight_given_the_same_knobs(loaded, speech, arpa, lo
     assert scores != unpruned, "these knobs pruned nothing on these clips: the comparison could not fail"
 
 
+@pytest.mark.parametrize("kind", ["device", "host"])
+def test_single_word_hotwords_equal_flashlight_with_their_boost_in_the_language_model(loaded, speech, arpa,
+                                                                                     log_probs, kind) -> None:
+    """A one-word phrase earns its boost as the word is written and keeps it: flashlight with an LM that adds the
+    boost to that word's score is the same search. The boosts change the words found, and write the boosted
+    words more often."""
+    options = LexiconBeamOptions(8, 1.0, 0.5, beam_size_token=None, beam_threshold=50.0)
+    plain, _ = search_and_flashlight(loaded, speech, arpa, log_probs, True, options, kind)
+    lexicon = Lexicon.spelled(LEXICON_WORDS(speech), loaded.tokenizer)
+    favoured = [w for w in lexicon.words if all(w not in lexicon.words[i] for row in plain for i in row)][:3]
+    hotwords = tuple(Hotword(w, 4.0) for w in favoured)
+    boosted, _ = search_and_flashlight(loaded, speech, arpa, log_probs, True, options, kind, hotwords)
+    count = lambda rows: sum(lexicon.words[i] in favoured for row in rows for i in row)  # noqa: E731
+    assert count(boosted) > count(plain) == 0
+
+
+def test_phrases_of_words_the_lexicon_lacks_are_refused_and_several_spellings_are_one_word(loaded) -> None:
+    lexicon = Lexicon(("the", "cat", "cat"), ((1,), (3,), (19, 12, 10)))
+    boosts = WordBoosts.build((Hotword("the cat", 2.0),), lexicon, "cpu")
+    assert boosts.symbol.tolist() == [0, 1, 1]
+    with pytest.raises(HotwordsError, match="the lexicon has no word 'dog'"):
+        WordBoosts.build((Hotword("the dog"),), lexicon, "cpu")
+
+
 def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> None:
     """Seeded random log-probs, lexicon (distinct spellings of 1-3 tokens) and bigram LM, over random beams,
-    weights (a negative LM weight too) and pruning knobs. Not with both weights 0: a word's completion then ties
+    weights (a negative LM weight too), pruning knobs and, every other case, two boosted words. Not with both
+    weights 0: a word's completion then ties
     with spelling on, and flashlight itself breaks such ties differently from run to run."""
     rng = random.Random(0)
     vocab, blank = 21, 20
@@ -193,12 +240,16 @@ def test_random_searches_equal_flashlight_with_and_without_pruning(tmp_path) -> 
                                      rng.choice([-1.0, 0.0, 1.5]), beam_size_token=rng.choice([None, 1, 3, 8]),
                                      beam_threshold=rng.choice([math.inf, 50.0, 5.0, 1.0]))
         pruned_cases += options.beam_size_token is not None or options.beam_threshold < 50
+        # Every other case boosts two words (single-word hotwords: flashlight's LM adds the boost).
+        hot = {w: rng.choice([0.5, 2.0, 6.0]) for w in rng.sample(sorted(set(lexicon.words)), 2)} if case % 2 else {}
+        boosts = WordBoosts.build(tuple(Hotword(w, b) for w, b in hot.items()), lexicon, "cpu") if hot else None
         for kind in ("device", "host"):
             search = LexiconBeamSearch(LexiconTrie.build(lexicon, vocab), histories(kind, arpa, lexicon), blank,
-                                       options)
+                                       options, boosts)
             _, got_words, got_scores = search.run(lp, lengths)
             for row in range(3):
-                want_words, want_score = flashlight_best(lp[row, : lengths[row]], blank, lexicon, arpa, options)
+                want_words, want_score = flashlight_best(lp[row, : lengths[row]], blank, lexicon, arpa, options,
+                                                         hot or None)
                 assert got_words[row] == want_words, (case, row, options, kind)
                 assert got_scores[row] == pytest.approx(want_score, rel=1e-9, abs=1e-6), (case, row, options, kind)
     assert pruned_cases >= 15
@@ -226,6 +277,31 @@ def test_the_engine_and_the_api_decode_with_the_lm_as_the_search_does(loaded, sp
     assert [r.text.split() for r in results] == [[lexicon.words[w] for w in row] for row in words]
     greedy = oasr.transcribe([c.audio for c in speech], loaded, batch_size=3)
     assert [r.token_ids for r in greedy] != tokens
+
+
+def test_hotwords_reach_the_word_level_search_from_the_api_and_the_cli(loaded, model_dir, speech, arpa,
+                                                                       log_probs, capsys) -> None:
+    lp, lengths = log_probs
+    lexicon = Lexicon.spelled(LEXICON_WORDS(speech), loaded.tokenizer)
+    options = LexiconBeamOptions(4, 1.0, 0.5, beam_size_token=None, beam_threshold=50.0)
+    plain = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), histories("device", arpa, lexicon),
+                              loaded.model.blank_id, options).run(lp, lengths)[0]
+    hot = (Hotword("dog", 6.0), Hotword("cat is", 3.0))
+    search = LexiconBeamSearch(LexiconTrie.build(lexicon, lp.shape[-1]), histories("device", arpa, lexicon),
+                               loaded.model.blank_id, options, WordBoosts.build(hot, lexicon, "cpu"))
+    tokens, _, _ = search.run(lp, lengths)
+    assert tokens != plain
+    kwargs = dict(beam_size=4, lm=str(arpa), lm_weight=1.0, word_bonus=0.5, beam_size_token=100000,
+                  beam_threshold=50.0, batch_size=3)
+    results = oasr.transcribe([c.audio for c in speech], loaded, hotwords="dog:6,cat is:3", **kwargs)
+    assert [r.token_ids for r in results] == tokens
+    with pytest.raises(HotwordsError, match="the lexicon has no word 'zebra'"):
+        oasr.transcribe([speech[0].audio], loaded, hotwords="zebra", **kwargs)
+    wav = audio_path(next(e for e in manifest_entries() if e["id"] == CLIP_IDS[0]))
+    args = ["transcribe", str(wav), "--model", str(model_dir), "--device", "cpu", "--output-format", "jsonl",
+            "--beam-size", "4", "--lm", str(arpa), "--beam-size-token", "100000", "--beam-threshold", "50"]
+    assert main([*args, "--hotwords", "zebra:2"]) == 2
+    assert "the lexicon has no word 'zebra'" in capsys.readouterr().err
 
 
 def test_the_pruning_knobs_reach_the_search_from_the_api_the_engine_and_the_cli(loaded, model_dir, speech, arpa,

@@ -127,7 +127,7 @@ def test_the_engine_decodes_hotwords_as_the_biased_search_does(loaded) -> None:
     assert got != plain, "the boost changed nothing: the comparison could not fail"
 
 
-def test_hotwords_are_refused_where_no_search_takes_them(loaded, capsys) -> None:
+def test_hotwords_are_refused_where_no_search_takes_them(loaded, tmp_path, capsys) -> None:
     model, directory = loaded
     with pytest.raises(UnsupportedOptionError, match="give beam_size too"):  # its hotwords steer its search
         oasr.transcribe(JFK, model, hotwords="the")
@@ -135,8 +135,10 @@ def test_hotwords_are_refused_where_no_search_takes_them(loaded, capsys) -> None
     check_options(whisper, DecodeOptions(beam_size=2, hotwords=(Hotword("x"),)), "whisper")
     with pytest.raises(UnsupportedOptionError, match="give beam_size too"):
         check_options(whisper, DecodeOptions(hotwords=(Hotword("x"),)), "whisper")
-    with pytest.raises(UnsupportedOptionError, match="do not combine"):
-        oasr.transcribe(JFK, model, beam_size=2, lexicon=str(JFK), hotwords="the")
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("the\ncat\n")
+    with pytest.raises(HotwordsError, match="the lexicon has no word 'dog'"):  # the word-level search's words
+        oasr.transcribe(JFK, model, beam_size=2, lexicon=str(lexicon), hotwords="the dog")
     args = ["transcribe", str(JFK), "--model", str(directory), "--device", "cpu", "--beam-size", "2"]
     assert main([*args, "--hotwords", "@/nonexistent/hot.txt"]) == 2
     assert "hotwords file not found" in capsys.readouterr().err

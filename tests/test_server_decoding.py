@@ -54,8 +54,7 @@ def test_the_server_search_takes_the_request_beam_and_refuses_what_does_not_comb
     words = ServerDecoding(lm=str(arpa), lm_weight=1.0, beam_size=6)
     assert words.apply(DecodeOptions()) == DecodeOptions(beam_size=6, lm=str(arpa), lm_weight=1.0)
     assert words.apply(DecodeOptions(beam_size=2)).beam_size == 2
-    with pytest.raises(UnsupportedOptionError, match="takes no hotwords yet"):
-        words.apply(DecodeOptions(beam_size=2, hotwords=(Hotword("cat"),)))
+    assert words.apply(DecodeOptions(hotwords=(Hotword("cat"),))).hotwords == (Hotword("cat"),)
     graph = ServerDecoding(decoding_graph="TLG.fst")
     assert graph.apply(DecodeOptions(language=None)) == DecodeOptions(decoding_graph="TLG.fst")
     for refused in (DecodeOptions(beam_size=4), DecodeOptions(beam_size=4, hotwords=(Hotword("cat"),))):
@@ -68,14 +67,17 @@ def test_the_server_search_takes_the_request_beam_and_refuses_what_does_not_comb
 
 
 def test_every_transcription_decodes_with_the_server_language_model(model_dir, speech, arpa) -> None:
-    """HTTP answers what the Python API gives with the same file, weights and beam; beam_size still chooses the
-    width; hotwords are a 400 naming the field; greedy decoding (no server search) answers differently."""
+    """HTTP answers what the Python API gives with the same file, weights and beam; beam_size and hotwords are
+    still the request's; a hotword the lexicon lacks is a 400 naming the field; greedy decoding (no server search)
+    answers differently."""
     decoding = ServerDecoding(lm=str(arpa), lm_weight=1.0, word_bonus=0.5, beam_size_token=100000,
                               beam_threshold=50.0, beam_size=4)
     local = from_pretrained(model_dir, device="cpu", dtype="float32")
     kwargs = dict(lm=str(arpa), lm_weight=1.0, word_bonus=0.5, beam_size_token=100000, beam_threshold=50.0)
     expected = [r.text for r in oasr.transcribe([c.audio for c in speech], local, beam_size=4, **kwargs)]
     narrow = oasr.transcribe([speech[0].audio], local, beam_size=1, **kwargs)[0].text
+    boosted = oasr.transcribe([speech[0].audio], local, beam_size=4, hotwords="dog:6", **kwargs)[0].text
+    assert boosted != expected[0]
     greedy = [r.text for r in oasr.transcribe([c.audio for c in speech], local)]
     assert expected != greedy
     engine = small_engine(str(model_dir), mode="thread")
@@ -86,10 +88,11 @@ def test_every_transcription_decodes_with_the_server_language_model(model_dir, s
             got = [transcribe_over_http(url, c.audio).json()["text"] for c in speech]
             assert got == expected
             assert transcribe_over_http(url, speech[0].audio, beam_size="1").json()["text"] == narrow
-            refused = transcribe_over_http(url, speech[0].audio, beam_size="2", hotwords="cat")
+            assert transcribe_over_http(url, speech[0].audio, hotwords="dog:6").json()["text"] == boosted
+            refused = transcribe_over_http(url, speech[0].audio, hotwords="zebra")
             assert refused.status_code == 400
             assert refused.json()["error"]["param"] == "hotwords"
-            assert "takes no hotwords yet" in refused.json()["error"]["message"]
+            assert "the lexicon has no word 'zebra'" in refused.json()["error"]["message"]
     finally:
         engine.shutdown()
 

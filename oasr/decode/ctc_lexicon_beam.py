@@ -45,8 +45,9 @@ from oasr.decode.back_pointers import follow_back_pointers
 from oasr.decode.ctc_lexicon_graphs import LexiconFrameGraphs
 from oasr.decode.lexicon import DecodingResourceError, Lexicon, LexiconTrie, NGramLM, Spelling, arpa_unigrams
 from oasr.decode.pending import LaunchesEagerly
+from oasr.decode.word_boosts import WordBoosts
 from oasr.decode.word_histories import DeviceHistories, HostHistories, WordHistories
-from oasr.types import check_pruning
+from oasr.types import Hotword, check_pruning
 
 _NEG_INF = float("-inf")
 # The bound-based pruning compares sums computed in different orders: keep what lies within this of the bar.
@@ -77,8 +78,8 @@ class LexiconBeamOptions:
 
 @dataclass
 class _Hyps:
-    """Per row and beam [B, K]: score (-inf: empty slot), word history key, trie node, last token, blank last; and
-    the language model's context [B, K, C]."""
+    """Per row and beam [B, K]: score (-inf: empty slot; hotword boosts included), word history key, trie node, last
+    token, blank last, hotword automaton state (0 without hotwords); and the language model's context [B, K, C]."""
 
     score: torch.Tensor
     history: torch.Tensor
@@ -86,6 +87,7 @@ class _Hyps:
     token: torch.Tensor
     blank_last: torch.Tensor
     context: torch.Tensor
+    boost_state: torch.Tensor
 
     @classmethod
     def start(cls, batch: int, beam: int, blank_id: int, histories: WordHistories, device: torch.device) -> _Hyps:
@@ -95,7 +97,7 @@ class _Hyps:
         history, context = histories.start(batch, beam, device)
         # flashlight starts on the silence token, here the blank (the only separator CTC models have).
         return cls(score, history, zeros, torch.full_like(zeros, blank_id), torch.zeros_like(zeros, dtype=torch.bool),
-                   context)
+                   context, torch.zeros_like(zeros))
 
 
 @dataclass(frozen=True)
@@ -194,11 +196,12 @@ class LexiconBeamSearch:
     """One batched search. ``trie`` and the log-probs share a device; ``histories`` is this search's own."""
 
     def __init__(self, trie: LexiconTrie, histories: WordHistories, blank_id: int,
-                 options: LexiconBeamOptions) -> None:
+                 options: LexiconBeamOptions, boosts: WordBoosts | None = None) -> None:
         self.trie = trie
         self.histories = histories
         self.blank_id = blank_id
         self.options = options
+        self.boosts = boosts  # hotwords, as boosts of whole words
         self.weights = _Weights.of(options, trie.child.device)
         # Candidates that cannot matter are left unasked where asking costs a sync. A word's score after the LM is
         # bounded by its score before plus word_bonus only while the LM can only lower it; with a negative weight
@@ -210,7 +213,8 @@ class LexiconBeamSearch:
         """log_probs: [B, T, V]; lengths: [B] -> per row (emitted token ids, word ids, score) of the best. With
         ``graphs`` and a language model that never makes a frame wait for the host, the frames run as captured
         graphs (on CUDA)."""
-        if graphs is not None and not self.histories.syncs:
+        # A captured frame holds its tensors: a hotword list's tables would need a graph of their own.
+        if graphs is not None and not self.histories.syncs and self.boosts is None:
             return self._finish(*graphs.run(self, log_probs, lengths))
         b, t, v = log_probs.shape
         k = self.options.beam_size
@@ -258,10 +262,11 @@ class LexiconBeamSearch:
         options, weights = self.options, self.weights
         threshold = weights.beam_threshold
         cands = self._candidates(hyps, frame, layout)
+        boost_state, gain = self._boosted(hyps, cands, layout)
         best_plain = cands.plain_score.max(1, keepdim=True).values
         asked = (cands.word_score > _NEG_INF) & active[:, None]
         if self._bounded:
-            bound = cands.word_score + weights.word_bonus
+            bound = cands.word_score + weights.word_bonus + gain
             asked &= bound >= best_plain - threshold
             bound = torch.where(asked, bound, _NEG_INF)
             # The frame's best lies between best_plain and best_bound: a candidate without a word at or above
@@ -274,7 +279,8 @@ class LexiconBeamSearch:
             asked &= state_bound >= floor - _ROUNDING_SLACK
         history, context, lm = self.histories.extend(cands.word_history, cands.word_context, cands.word, asked,
                                                      cands.word_group)
-        word_score = torch.where(asked, cands.word_score + weights.lm_weight * lm + weights.word_bonus, _NEG_INF)
+        word_score = torch.where(asked, cands.word_score + weights.lm_weight * lm + weights.word_bonus + gain,
+                                 _NEG_INF)
         best = torch.maximum(best_plain, word_score.max(1, keepdim=True).values)
         plain = torch.where(cands.plain_score >= best - threshold, cands.plain_score, _NEG_INF)
         word_score = torch.where(word_score >= best - threshold, word_score, _NEG_INF)
@@ -282,7 +288,17 @@ class LexiconBeamSearch:
         num_plain = plain.shape[1]
         merged = _merge(torch.cat([plain, word_score], 1),
                         torch.cat([cands.plain_group, cands.word_group + num_plain], 1))
-        return self._select(hyps, cands, history, context, merged, layout)
+        return self._select(hyps, cands, history, context, boost_state, merged, layout)
+
+    def _boosted(self, hyps: _Hyps, cands: _Frame, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each word candidate's hotword automaton state after its word and the boost the word adds, [B, Mw]
+        (the parent's state and 0 without hotwords)."""
+        parent_state = hyps.boost_state[:, layout.word_parent]
+        if self.boosts is None:
+            return parent_state, torch.zeros_like(cands.word_score)
+        symbol = self.boosts.symbol[cands.word.clamp(min=0)]
+        graph = self.boosts.graph
+        return graph.next_state[parent_state, symbol], graph.gain[parent_state, symbol].double()
 
     def _candidates(self, hyps: _Hyps, frame: torch.Tensor, layout: _Layout) -> _Frame:
         b, k = hyps.score.shape
@@ -346,7 +362,7 @@ class LexiconBeamSearch:
         return place, same_place.sum(2), torch.cat([inside, stay, k * n + k + place], 1)
 
     def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, context: torch.Tensor,
-                merged: tuple[torch.Tensor, torch.Tensor],
+                boost_state: torch.Tensor, merged: tuple[torch.Tensor, torch.Tensor],
                 layout: _Layout) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The best ``beam_size`` merged states of each row ((merged score, winner slot) per group [B, Mn + Mw],
         the word candidates' slots after the plain ones) -> what ``_step`` returns."""
@@ -370,7 +386,8 @@ class LexiconBeamSearch:
                                   hyps.context.gather(1, plain_parent[..., None].expand(-1, -1, width)))
         emitted = torch.where(is_word | (plain_slot < num_plain - 2 * k), token, -1)
         word = torch.where(is_word, cands.word.gather(1, word_slot), -1)
-        new = _Hyps(score, new_history, node, token, blank_last, new_context)
+        new_boost_state = torch.where(is_word, boost_state.gather(1, word_slot), hyps.boost_state.gather(1, plain_parent))
+        new = _Hyps(score, new_history, node, token, blank_last, new_context, new_boost_state)
         return new, torch.where(live, parent, 0), torch.where(live, emitted, -1), torch.where(live, word, -1)
 
     def _finish(self, hyps: _Hyps, parents: torch.Tensor, emitted: torch.Tensor,
@@ -379,7 +396,8 @@ class LexiconBeamSearch:
         live = hyps.score > _NEG_INF
         between_words = live & (hyps.node == 0)
         ending = torch.where(between_words.any(1, keepdim=True), between_words, live).tolist()
-        scores, histories, nodes = hyps.score.tolist(), hyps.history.tolist(), hyps.node.tolist()
+        score = hyps.score if self.boosts is None else hyps.score - self.boosts.graph.pending[hyps.boost_state]
+        scores, histories, nodes = score.tolist(), hyps.history.tolist(), hyps.node.tolist()
         sentence_ends = self.histories.finish(hyps.history, hyps.context).tolist()
         token_rows, word_rows, best_scores, best_beams = [], [], [], []
         for row in range(len(scores)):
@@ -428,6 +446,7 @@ class WordResources:
         self.lm = lm
         self._tries: dict[tuple[int, str], LexiconTrie] = {}
         self._histories: dict[str, DeviceHistories] = {}
+        self._boosts: dict[tuple[tuple[Hotword, ...], str], WordBoosts] = {}
         # Searches on CUDA replay their frames as graphs, which hold this resource's tries and tables.
         self.frame_graphs = LexiconFrameGraphs(compile_frames=compile_frames) if cuda_graphs else None
 
@@ -436,6 +455,14 @@ class WordResources:
         if key not in self._tries:
             self._tries[key] = LexiconTrie.build(self.lexicon, vocab_size, device)
         return self._tries[key]
+
+    def boosts(self, hotwords: tuple[Hotword, ...], device: torch.device) -> WordBoosts:
+        """A hotword list's automaton over this lexicon's words, built once per list and device; ``HotwordsError``
+        names a word the lexicon lacks."""
+        key = (hotwords, str(device))
+        if key not in self._boosts:
+            self._boosts[key] = WordBoosts.build(hotwords, self.lexicon, device)
+        return self._boosts[key]
 
     def histories(self, device: torch.device) -> WordHistories:
         """A search's own language-model side on ``device``."""
@@ -492,15 +519,19 @@ class CTCLexiconBeam(LaunchesEagerly):
     """The word-level search as a frame-synchronous strategy for one group of requests with the same options
     (``CTCPrefixBeam.with_words`` builds it)."""
 
-    def __init__(self, resources: WordResources, options: LexiconBeamOptions) -> None:
+    def __init__(self, resources: WordResources, options: LexiconBeamOptions,
+                 hotwords: tuple[Hotword, ...] = ()) -> None:
         self.resources = resources
         self.options = options
+        self.hotwords = hotwords
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the best hypothesis' tokens per row."""
         log_probs = model.ctc_log_probs(encoder_output.hidden)
         trie = self.resources.trie(log_probs.shape[-1], log_probs.device)
-        search = LexiconBeamSearch(trie, self.resources.histories(log_probs.device), model.blank_id, self.options)
+        boosts = self.resources.boosts(self.hotwords, log_probs.device) if self.hotwords else None
+        search = LexiconBeamSearch(trie, self.resources.histories(log_probs.device), model.blank_id, self.options,
+                                   boosts)
         graphs = self.resources.frame_graphs if log_probs.is_cuda else None
         tokens, _, _ = search.run(log_probs, encoder_output.lengths, graphs)
         return tokens

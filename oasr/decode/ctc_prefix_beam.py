@@ -224,16 +224,17 @@ class CTCPrefixBeam(LaunchesEagerly, DecodeStrategy):
 
     @staticmethod
     def with_words(resources: WordResources, beam_size: int, lm_weight: float | None, word_bonus: float | None,
-                   beam_size_token: int | None = None, beam_threshold: float | None = None) -> CTCLexiconBeam:
-        """The lexicon search for requests that name a language model or lexicon (``resources``: loaded); None
-        takes each option's default."""
+                   beam_size_token: int | None = None, beam_threshold: float | None = None,
+                   hotwords: tuple[Hotword, ...] = ()) -> CTCLexiconBeam:
+        """The lexicon search for requests that name a language model or lexicon (``resources``: loaded), with
+        ``hotwords`` boosting whole words; None takes each option's default."""
         threshold = DEFAULT_BEAM_THRESHOLD if beam_threshold is None else beam_threshold
         options = LexiconBeamOptions(beam_size=beam_size,
                                      lm_weight=DEFAULT_LM_WEIGHT if lm_weight is None else lm_weight,
                                      word_bonus=0.0 if word_bonus is None else word_bonus,
                                      beam_size_token=DEFAULT_BEAM_SIZE_TOKEN if beam_size_token is None
                                      else beam_size_token, beam_threshold=threshold)
-        return CTCLexiconBeam(resources, options)
+        return CTCLexiconBeam(resources, options, hotwords)
 
     def decode(self, model: CTCModel, encoder_output: EncoderOutput) -> list[list[int]]:
         """encoder_output: hidden [B, T, D], lengths [B] -> the most probable label sequence per row."""

@@ -148,10 +148,9 @@ class FrameSyncRunner:
         check_options(self.capabilities, options, f"{self.loaded.name} ({self.loaded.architecture})")
         self.model.prompt_id(options)  # a value the checkpoint has no prompt for is refused here, not mid-step
         if options.lm is not None or options.lexicon is not None:
-            if options.hotwords:
-                raise UnsupportedOptionError("hotwords and a lexicon or language model do not combine yet: "
-                                             "the word-level search takes no hotwords")
-            self._words.get(options.lm, options.lexicon)  # a missing or unreadable file is refused here
+            words = self._words.get(options.lm, options.lexicon)  # a missing or unreadable file is refused here
+            if options.hotwords:  # as is a hotword the lexicon cannot write
+                words.boosts(options.hotwords, self.device)
         if options.decoding_graph is not None:
             # Likewise a missing or unreadable graph, or one built for another vocabulary.
             self._graphs.get(options.decoding_graph).check_columns(self.model.ctc_columns)
@@ -222,5 +221,5 @@ class FrameSyncRunner:
         if spec.lm is not None or spec.lexicon is not None:
             return self._beam_strategy.with_words(self._words.get(spec.lm, spec.lexicon), spec.beam_size,
                                                   spec.lm_weight, spec.word_bonus, spec.beam_size_token,
-                                                  spec.beam_threshold)
+                                                  spec.beam_threshold, spec.hotwords)
         return self._beam_strategy.for_beam(spec.beam_size, spec.hotwords, self._contexts)

@@ -3,10 +3,10 @@
 A request cannot name a file on the server (it could read any), so a language model, lexicon or WFST graph is
 chosen when the server starts, and every transcription it makes (HTTP uploads, realtime turns, gRPC) decodes with
 it: the engine client is wrapped so that each request's options gain the server's before they are checked or
-decoded. A request still chooses its beam width (``beam_size``; the server's ``--beam-size`` where it sends none);
-the weights and pruning are the server's. What does not combine with the server's search is refused naming the
-request's field: ``hotwords`` beside a word-level search (which takes none yet), ``beam_size`` or ``hotwords``
-beside a graph (searched with its own beam).
+decoded. A request still chooses its beam width (``beam_size``; the server's ``--beam-size`` where it sends none)
+and its ``hotwords`` (words of the lexicon); the weights and pruning are the server's. What does not combine with
+the server's search is refused naming the request's field: ``beam_size`` or ``hotwords`` beside a graph (searched
+with its own beam).
 """
 
 from __future__ import annotations
@@ -73,9 +73,6 @@ class ServerDecoding:
                     raise ServerSearchConflict(f"this server decodes every request over its WFST graph (oasr serve "
                                                f"--decoding-graph), which does not combine with {name}", name)
             return replace(options, decoding_graph=self.decoding_graph)
-        if options.hotwords:
-            raise ServerSearchConflict("this server decodes with a language model or lexicon (oasr serve --lm / "
-                                       "--lexicon), whose word-level search takes no hotwords yet", "hotwords")
         return replace(options, beam_size=options.beam_size or self.beam_size, lm=self.lm, lexicon=self.lexicon,
                        lm_weight=self.lm_weight, word_bonus=self.word_bonus, beam_size_token=self.beam_size_token,
                        beam_threshold=self.beam_threshold)
