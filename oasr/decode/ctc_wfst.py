@@ -28,7 +28,7 @@ from oasr.decode.ctc_greedy import CTCModel
 from oasr.decode.lexicon import DecodingResourceError
 from oasr.decode.pending import LaunchesEagerly
 from oasr.decode.wfst_graph import GraphArrays, SearchGraph, read_graph_arrays
-from oasr.decode.wfst_search import BestPath, SearchLimits, ViterbiSearch
+from oasr.decode.wfst_search import BestPath, KeyTable, SearchLimits, ViterbiSearch
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,20 @@ class DecodingGraph:
         self.arrays = arrays
         self.highest_label = int(arrays.ilabels.max()) if arrays.num_arcs else 0
         self._placed: dict[torch.device, SearchGraph] = {}
+        self._tables: dict[torch.device, KeyTable] = {}
 
     def on(self, device: torch.device) -> SearchGraph:
         if device not in self._placed:
             self._placed[device] = SearchGraph.of(self.arrays, device)
         return self._placed[device]
+
+    def key_table(self, device: torch.device, entries: int) -> KeyTable:
+        """The recombination table searches of this graph on ``device`` share, grown to ``entries`` if smaller
+        (searches take turns on a runner: each leaves the table as it found it)."""
+        table = self._tables.get(device)
+        if table is None or table.size < entries:
+            table = self._tables[device] = KeyTable(entries, device)
+        return table
 
     def check_columns(self, num_columns: int) -> None:
         """Refuses a graph that reads a label past the model's output columns (built for another vocabulary)."""
@@ -116,7 +125,10 @@ class CTCWFST(LaunchesEagerly, DecodeStrategy):
 
     def search(self, num_rows: int, device: torch.device) -> ViterbiSearch:
         """A search of ``num_rows`` rows to advance frame block by frame block (a stream's chunks)."""
-        return ViterbiSearch(self.graph.on(device), num_rows, self.limits)
+        graph = self.graph.on(device)
+        entries = num_rows * graph.num_states
+        fits = 0 < entries <= self.limits.table_entries
+        return ViterbiSearch(graph, num_rows, self.limits, self.graph.key_table(device, entries) if fits else None)
 
     def paths(self, log_probs: torch.Tensor, lengths: torch.Tensor, blank_id: int) -> list[WFSTPath]:
         """log_probs: [B, T, V], lengths: [B] -> each row's best path over its valid frames."""

@@ -117,13 +117,15 @@ def _cheapest_sorted(keys: torch.Tensor, costs: torch.Tensor, keep: torch.Tensor
     return won[keep[won].nonzero().squeeze(1)]
 
 
-class _KeyTable:
+class KeyTable:
     """Recombination through a table indexed by key (row x states + state): the cheapest cost and the first
-    index reaching it are scattered in, the winners read back, and only the touched entries reset after."""
+    index reaching it are scattered in, the winners read back, and only the touched entries reset after, so one
+    table serves search after search (a graph keeps one per device: ``oasr.decode.ctc_wfst.DecodingGraph``)."""
 
     _NONE = torch.iinfo(torch.int32).max
 
     def __init__(self, size: int, device: torch.device) -> None:
+        self.size = size
         self.best = torch.full((size,), torch.inf, device=device)
         self.first = torch.full((size,), self._NONE, dtype=torch.int32, device=device)
 
@@ -143,13 +145,20 @@ class ViterbiSearch:
     """The search of ``num_rows`` rows through ``graph``: ``advance`` with each row's next frames, then
     ``best_paths``."""
 
-    def __init__(self, graph: SearchGraph, num_rows: int, limits: SearchLimits | None = None) -> None:
+    def __init__(self, graph: SearchGraph, num_rows: int, limits: SearchLimits | None = None,
+                 table: KeyTable | None = None) -> None:
+        """``table``: a key table of at least ``num_rows`` x the graph's states to recombine through; without one,
+        the search makes its own where ``limits`` allow, and sorts keys otherwise."""
         self.graph = graph
         self.limits = limits or SearchLimits()
         self.num_rows = num_rows
         self.device = graph.finals.device
         entries = num_rows * graph.num_states
-        table = _KeyTable(entries, self.device) if 0 < entries <= self.limits.table_entries else None
+        if table is None and 0 < entries <= self.limits.table_entries:
+            table = KeyTable(entries, self.device)
+        if table is not None and table.size < entries:
+            raise ValueError(f"a key table of {table.size} entries cannot hold {num_rows} rows x {graph.num_states} "
+                             "states")
         self._cheapest = table.cheapest if table is not None else _cheapest_sorted
         self._history: list[tuple[torch.Tensor, torch.Tensor]] = []  # (parent entry, arc) per entry
         self._history_size = 0
