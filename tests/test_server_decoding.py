@@ -22,6 +22,7 @@ from parakeet_reference import build_reference, write_tokenizer
 from random_word_lm import write_bigram_arpa
 from serving_harness import running_server, small_engine, wav_bytes
 from speech_data import clips
+from test_realtime import API_KEY, as_served, connect, events_until, next_event, pcm16_24k, send_audio, update
 
 CLIP_IDS = ("ps_librivox_0880", "ps_librivox_0890")
 
@@ -47,7 +48,23 @@ def arpa(tmp_path_factory, speech):
 
 def transcribe_over_http(url: str, audio, **fields) -> httpx.Response:
     return httpx.post(f"{url}/v1/audio/transcriptions", files={"file": ("a.wav", wav_bytes(audio), "audio/wav")},
-                      data={"model": "parakeet", "response_format": "json", **fields}, timeout=120)
+                      data={"model": "parakeet", "response_format": "json", **fields}, timeout=120,
+                      headers={"Authorization": f"Bearer {API_KEY}"})
+
+
+def realtime_turn(url: str, pcm: bytes) -> str:
+    """One turn committed by hand in a realtime session -> its completed transcript."""
+    async def session() -> str:
+        async with connect(url, "ga") as conn:
+            await next_event(conn, "ga")
+            await update(conn, "ga", turn_detection=None)
+            await send_audio(conn, pcm)
+            await conn.input_audio_buffer.commit()
+            completed = (await events_until(conn, "ga", 1))[-1]
+            assert completed["type"].endswith(".completed"), completed
+            return completed["transcript"]
+
+    return asyncio.run(session())
 
 
 def test_the_server_search_takes_the_request_beam_and_refuses_what_does_not_combine(arpa) -> None:
@@ -67,9 +84,9 @@ def test_the_server_search_takes_the_request_beam_and_refuses_what_does_not_comb
 
 
 def test_every_transcription_decodes_with_the_server_language_model(model_dir, speech, arpa) -> None:
-    """HTTP answers what the Python API gives with the same file, weights and beam; beam_size and hotwords are
-    still the request's; a hotword the lexicon lacks is a 400 naming the field; greedy decoding (no server search)
-    answers differently."""
+    """HTTP and a realtime turn answer what the Python API gives with the same file, weights and beam; beam_size
+    and hotwords are still the request's; a hotword the lexicon lacks is a 400 naming the field; greedy decoding
+    (no server search) answers differently."""
     decoding = ServerDecoding(lm=str(arpa), lm_weight=1.0, word_bonus=0.5, beam_size_token=100000,
                               beam_threshold=50.0, beam_size=4)
     local = from_pretrained(model_dir, device="cpu", dtype="float32")
@@ -80,15 +97,19 @@ def test_every_transcription_decodes_with_the_server_language_model(model_dir, s
     assert boosted != expected[0]
     greedy = [r.text for r in oasr.transcribe([c.audio for c in speech], local)]
     assert expected != greedy
+    pcm = pcm16_24k(speech[1].audio)
+    turn = oasr.transcribe([as_served(pcm)], local, beam_size=4, **kwargs)[0].text
+    assert turn != oasr.transcribe([as_served(pcm)], local)[0].text
     engine = small_engine(str(model_dir), mode="thread")
     try:
-        app = build_app(engine, ServerSettings(served_model_name="parakeet", decoding=decoding))
+        app = build_app(engine, ServerSettings(served_model_name="parakeet", decoding=decoding, api_keys=(API_KEY,)))
         asyncio.run(preflight(app.state.serving.engine))
         with running_server(app) as url:
             got = [transcribe_over_http(url, c.audio).json()["text"] for c in speech]
             assert got == expected
             assert transcribe_over_http(url, speech[0].audio, beam_size="1").json()["text"] == narrow
             assert transcribe_over_http(url, speech[0].audio, hotwords="dog:6").json()["text"] == boosted
+            assert realtime_turn(url, pcm) == turn
             refused = transcribe_over_http(url, speech[0].audio, hotwords="zebra")
             assert refused.status_code == 400
             assert refused.json()["error"]["param"] == "hotwords"
@@ -108,7 +129,7 @@ def test_every_transcription_decodes_over_the_server_graph(model_dir, speech, tm
     expected = [r.text for r in oasr.transcribe([c.audio for c in speech], local, decoding_graph=str(graph))]
     engine = small_engine(str(model_dir), mode="thread")
     try:
-        app = build_app(engine, ServerSettings(served_model_name="parakeet",
+        app = build_app(engine, ServerSettings(served_model_name="parakeet", api_keys=(API_KEY,),
                                                decoding=ServerDecoding(decoding_graph=str(graph))))
         with running_server(app) as url:
             assert [transcribe_over_http(url, c.audio).json()["text"] for c in speech] == expected
