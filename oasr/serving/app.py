@@ -174,6 +174,8 @@ def serve(model: str, settings: ServerSettings, *, host: str, port: int, device:
             described = f"engine in a {engine_mode}"
         try:
             app = build_app(engine, settings)
+            if settings.decoding is not None:  # the search every transcription runs, said where the server starts
+                described += f"; every transcription decodes with a {settings.decoding.describe()}"
             banner = Banner(settings.served_model_name, engine_device(engine, device), described, url)
             level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
             server_config = uvicorn_config(app, settings, host=host, port=port, log_level=level)

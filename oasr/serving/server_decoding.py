@@ -11,7 +11,6 @@ with its own beam).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,8 +22,6 @@ from oasr.errors import UnsupportedOptionError
 from oasr.hosting.engine_client import EngineClient
 from oasr.models.capabilities import check_options
 from oasr.types import DecodeOptions
-
-log = logging.getLogger(__name__)
 
 DEFAULT_SERVER_BEAM_SIZE = 8
 
@@ -116,5 +113,3 @@ async def preflight(engine: EngineClient) -> None:
     """Reads the server search's files before the server listens: the engine loads them on this check, so a
     missing or unreadable file stops the server instead of failing its first request."""
     await engine.check(DecodeOptions())
-    if isinstance(engine, ServerDecodingClient):
-        log.info("every transcription decodes with a %s", engine.decoding.describe())
