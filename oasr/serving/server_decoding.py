@@ -24,6 +24,8 @@ from oasr.models.capabilities import check_options
 from oasr.types import DecodeOptions
 
 DEFAULT_SERVER_BEAM_SIZE = 8
+# The DecodeOptions fields of a word-level search that the server sets for every request.
+_WORD_SEARCH = ("lm", "lexicon", "lm_weight", "word_bonus", "beam_size_token", "beam_threshold")
 
 
 class ServerSearchConflict(UnsupportedOptionError):
@@ -51,15 +53,16 @@ class ServerDecoding:
     def __post_init__(self) -> None:
         if self.decoding_graph is None and not self.words:
             raise ValueError("ServerDecoding needs lm, lexicon or decoding_graph")
-        knobs = (self.lm_weight, self.word_bonus, self.beam_size_token, self.beam_threshold)
-        if self.decoding_graph is not None and (self.words or any(k is not None for k in knobs)):
-            raise ValueError("a decoding graph does not combine with a language model, a lexicon or their weights "
-                             "(the graph holds its own)")
-        self.apply(DecodeOptions())  # DecodeOptions' own rules on the word search's values
+        # DecodeOptions' own rules: a graph stands alone (no file, weight or beam beside it), weights need a word search.
+        DecodeOptions(decoding_graph=self.decoding_graph, beam_size=self.beam_size if self.words else None,
+                      **self._word_search())
 
     @property
     def words(self) -> bool:
         return self.lm is not None or self.lexicon is not None
+
+    def _word_search(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _WORD_SEARCH}
 
     def apply(self, options: DecodeOptions) -> DecodeOptions:
         """``options`` with the server's search; ``UnsupportedOptionError`` naming a request field that does not
@@ -70,9 +73,7 @@ class ServerDecoding:
                     raise ServerSearchConflict(f"this server decodes every request over its WFST graph (oasr serve "
                                                f"--decoding-graph), which does not combine with {name}", name)
             return replace(options, decoding_graph=self.decoding_graph)
-        return replace(options, beam_size=options.beam_size or self.beam_size, lm=self.lm, lexicon=self.lexicon,
-                       lm_weight=self.lm_weight, word_bonus=self.word_bonus, beam_size_token=self.beam_size_token,
-                       beam_threshold=self.beam_threshold)
+        return replace(options, beam_size=options.beam_size or self.beam_size, **self._word_search())
 
     def describe(self) -> str:
         if self.decoding_graph is not None:
