@@ -86,18 +86,10 @@ def _add_transcribe(sub: argparse._SubParsersAction) -> None:
                    "each word as the beam search completes it")
     p.add_argument("--lexicon", default=None, metavar="FILE",
                    help="with --beam-size: the words the search may emit, one a line (default: the ARPA file's words)")
-    p.add_argument("--lm-weight", type=float, default=None,
-                   help="weight of the language model's log10 probabilities (default 0.5)")
-    p.add_argument("--word-bonus", type=float, default=None, help="score added per emitted word (default 0)")
+    _add_word_search_knobs(p)
     p.add_argument("--rescore-weight", type=float, default=None, metavar="W",
                    help="with --beam-size, CTC + attention models (FunASR's Conformer): rank the beam's n-best by W x "
                    "the attention decoder's log-probability + (1 - W) x the CTC score, W in [0, 1] (default 0.5)")
-    p.add_argument("--beam-size-token", type=int, default=None, metavar="N",
-                   help="with --lm or --lexicon: per frame, only the N likeliest tokens start or extend a word "
-                   "(flashlight's beam_size_token; default 16, NeMo's; a number >= the vocabulary: every token)")
-    p.add_argument("--beam-threshold", type=float, default=None, metavar="T",
-                   help="with --lm or --lexicon: drop candidates scoring below the frame's best minus T "
-                   "(flashlight's beam_threshold, natural-log units; default 20, NeMo's; inf: none)")
     p.add_argument("--decoding-graph", default=None, metavar="FILE",
                    help="CTC models: decode over this OpenFst graph (an HLG.fst / TLG.fst, tokens in, words out; "
                    "pip install 'oasr[wfst]') instead of greedily; not with --beam-size, --lm or --hotwords")
@@ -264,6 +256,19 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     _add_kv_cache(p)
 
 
+def _add_word_search_knobs(p: argparse.ArgumentParser) -> None:
+    """The word-level CTC search's weights and pruning (oasr.decode.ctc_lexicon_beam), for transcribe and serve."""
+    p.add_argument("--lm-weight", type=float, default=None,
+                   help="weight of the language model's log10 probabilities (default 0.5)")
+    p.add_argument("--word-bonus", type=float, default=None, help="score added per emitted word (default 0)")
+    p.add_argument("--beam-size-token", type=int, default=None, metavar="N",
+                   help="with --lm or --lexicon: per frame, only the N likeliest tokens start or extend a word "
+                   "(flashlight's beam_size_token; default 16, NeMo's; a number >= the vocabulary: every token)")
+    p.add_argument("--beam-threshold", type=float, default=None, metavar="T",
+                   help="with --lm or --lexicon: drop candidates scoring below the frame's best minus T "
+                   "(flashlight's beam_threshold, natural-log units; default 20, NeMo's; inf: none)")
+
+
 def _add_server_search(p: argparse.ArgumentParser) -> None:
     """oasr serve's search for every transcription (oasr.serving.server_decoding): files are the server's to name."""
     p.add_argument("--lm", default=None, metavar="FILE",
@@ -271,15 +276,7 @@ def _add_server_search(p: argparse.ArgumentParser) -> None:
                    "model (ARPA or binary); requests choose the beam width with beam_size (default --beam-size)")
     p.add_argument("--lexicon", default=None, metavar="FILE",
                    help="the words the server's search may emit, one a line (default: the ARPA file's words)")
-    p.add_argument("--lm-weight", type=float, default=None,
-                   help="with --lm: weight of its log10 probabilities (default 0.5)")
-    p.add_argument("--word-bonus", type=float, default=None,
-                   help="with --lm or --lexicon: score added per emitted word (default 0)")
-    p.add_argument("--beam-size-token", type=int, default=None, metavar="N",
-                   help="with --lm or --lexicon: per frame, only the N likeliest tokens start or extend a word "
-                   "(default 16)")
-    p.add_argument("--beam-threshold", type=float, default=None, metavar="T",
-                   help="with --lm or --lexicon: drop candidates below the frame's best minus T (default 20)")
+    _add_word_search_knobs(p)
     p.add_argument("--beam-size", type=int, default=None, metavar="N",
                    help="with --lm or --lexicon: the beams of a request that sends no beam_size (default 8)")
     p.add_argument("--decoding-graph", default=None, metavar="FILE",
