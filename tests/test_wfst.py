@@ -13,6 +13,7 @@ import torch
 
 import oasr
 from oasr.cli import main
+from oasr.bench.wfst_graph import ctc_topology
 from oasr.decode.ctc_wfst import CTCWFST, DecodingGraphCache, collapse_ctc
 from oasr.decode.wfst_graph import read_graph_arrays
 from oasr.decode.wfst_search import SearchLimits
@@ -32,21 +33,6 @@ kaldi_decoder = pytest.importorskip("kaldi_decoder")
 
 CLIP_IDS = ("ps_librivox_0880", "ps_librivox_0890", "ps_librivox_0870")
 EXTRA_WORDS = ("the", "cat", "is", "on", "a", "dog")
-
-
-def ctc_topology(num_columns: int, blank: int):
-    """k2's standard CTC topology as an OpenFst transducer, labels = column + 1: state 0 after a blank (start),
-    state c + 1 after column c; a column's first frame writes it, its repeats and blanks write nothing."""
-    topo = kaldifst.StdVectorFst()
-    for _ in range(num_columns + 1):
-        topo.set_final(topo.add_state(), 0.0)
-    topo.start = 0
-    for state in range(num_columns + 1):
-        topo.add_arc(state, kaldifst.StdArc(blank + 1, 0, 0.0, 0))
-        for column in (c for c in range(num_columns) if c != blank):
-            label = column + 1
-            topo.add_arc(state, kaldifst.StdArc(label, 0 if state == label else label, 0.0, label))
-    return topo
 
 
 def word_loop(lexicon: Lexicon):
