@@ -50,12 +50,15 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from oasr.bench.parakeet import PARAKEET_SHAPES, sync, synthetic_audio
+from oasr.engine.config import SchedulerConfig
 from oasr.decode.lexicon import arpa_unigrams
 
 # A CPU smoke shape; "parakeet-ctc-*" are the published ones (oasr.bench.parakeet).
@@ -184,12 +187,54 @@ def run_pyctcdecode(tokenizer_file: Path, arpa: Path, log_probs: list[np.ndarray
             "words_per_clip": round(float(np.mean([len(t.split()) for t in texts])), 2)}
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model shape, audio, lexicon and LM of the word-search benches (this one and ``oasr.bench.wfst``)."""
     parser.add_argument("--arch", default="parakeet-ctc-1.1b", choices=sorted(CTC_SHAPES))
     parser.add_argument("--num-utterances", type=int, default=1024)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--num-words", type=int, default=5000, help="lexicon (= LM unigram) size")
+    parser.add_argument("--num-sentences", type=int, default=20000, help="sentences the 3-gram LM is counted from")
+    parser.add_argument("--max-encode-rows", type=int, default=64)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What ``add_workload_arguments`` asks for, built in a scratch folder: the loaded random model (its
+    ``vocab_size``), the audio, the lexicon's words and the 3-gram ARPA file."""
+
+    loaded: Any
+    vocab_size: int
+    audio: list[np.ndarray]
+    words: list[str]
+    arpa: Path
+
+    @property
+    def audio_seconds(self) -> float:
+        return sum(len(a) for a in self.audio) / 16000
+
+    @classmethod
+    def build(cls, args: argparse.Namespace, directory: Path) -> Workload:
+        from oasr.models.loader import from_pretrained, pick_device, pick_dtype
+
+        device = pick_device(args.device)
+        dtype = pick_dtype(None if args.dtype == "auto" else args.dtype, device)
+        vocab_size = build(args.arch, directory / "model")
+        loaded = from_pretrained(directory / "model", device=device, dtype=dtype)
+        words = lexicon_words(vocab_size, args.num_words)
+        arpa = write_trigram_arpa(directory / "3gram.arpa", words, num_sentences=args.num_sentences)
+        return cls(loaded, vocab_size, synthetic_audio(args.num_utterances), words, arpa)
+
+
+def bench_scheduler(max_encode_rows: int) -> SchedulerConfig:
+    # 20 s of audio is 2001 feature frames: the frame cap never splits a batch of max rows.
+    return SchedulerConfig(max_num_seqs=256, max_encode_rows=max_encode_rows,
+                           max_encoder_frames=max_encode_rows * 2001)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_workload_arguments(parser)
     parser.add_argument("--beam-size", type=int, default=8)
     parser.add_argument("--lm-weight", type=float, default=0.5)
     parser.add_argument("--word-bonus", type=float, default=1.0)
@@ -198,9 +243,6 @@ def _parser() -> argparse.ArgumentParser:
                              "engine's, 16)")
     parser.add_argument("--beam-threshold", type=float, default=None,
                         help="OASR's beam: drop candidates below the frame's best minus this (default: the engine's, 20)")
-    parser.add_argument("--num-words", type=int, default=5000, help="lexicon (= LM unigram) size")
-    parser.add_argument("--num-sentences", type=int, default=20000, help="sentences the 3-gram LM is counted from")
-    parser.add_argument("--max-encode-rows", type=int, default=64)
     parser.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True,
                         help="replay decode steps (the word beam's frames among them) as CUDA graphs")
     parser.add_argument("--compile-word-beam", action=argparse.BooleanOptionalAction, default=True,
@@ -213,32 +255,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from oasr.engine.config import EngineConfig, RunnerConfig, SchedulerConfig
+    from oasr.engine.config import EngineConfig, RunnerConfig
     from oasr.engine.engine import ASREngine
-    from oasr.models.loader import from_pretrained, pick_device, pick_dtype
     from oasr.types import DecodeOptions
 
     args = _parser().parse_args(argv)
-    device = pick_device(args.device)
-    dtype = pick_dtype(None if args.dtype == "auto" else args.dtype, device)
-    audio = synthetic_audio(args.num_utterances)
-    audio_s = sum(len(a) for a in audio) / 16000
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        vocab_size = build(args.arch, tmp / "model")
-        loaded = from_pretrained(tmp / "model", device=device, dtype=dtype)
-        words = lexicon_words(vocab_size, args.num_words)
-        arpa = write_trigram_arpa(tmp / "3gram.arpa", words, num_sentences=args.num_sentences)
-        result = _bench(args, loaded, audio, arpa, tmp / "model" / "tokenizer.json",
-                        engine_factory=lambda: ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
-                            max_num_seqs=256, max_encode_rows=args.max_encode_rows,
-                            # 20 s of audio is 2001 feature frames: the cap never splits a batch of max rows.
-                            max_encoder_frames=args.max_encode_rows * 2001),
+        work = Workload.build(args, tmp)
+        loaded, audio = work.loaded, work.audio
+        result = _bench(args, loaded, audio, work.arpa, tmp / "model" / "tokenizer.json",
+                        engine_factory=lambda: ASREngine(loaded, EngineConfig(
+                            scheduler=bench_scheduler(args.max_encode_rows),
                             runner=RunnerConfig(cuda_graphs=args.cuda_graphs,
                                                 compile_word_beam=args.compile_word_beam))),
                         options=DecodeOptions)
-    result = {"arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
-              "audio_seconds": round(audio_s, 1), **result}
+    result = {"arch": args.arch, "device": str(loaded.device), "dtype": str(loaded.dtype), "utterances": len(audio),
+              "audio_seconds": round(work.audio_seconds, 1), **result}
     print(json.dumps(result))
     return result
 

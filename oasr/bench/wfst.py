@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from oasr.bench import ctc_lm
-from oasr.bench.parakeet import sync, synthetic_audio
+from oasr.bench.parakeet import sync
 from oasr.bench.wfst_graph import build_tlg
 
 _KALDI: dict = {}  # the worker processes' graph, read once per process (fork start)
@@ -69,13 +69,7 @@ def run_kaldi(graph_path: Path, log_probs: list[np.ndarray], workers: int) -> tu
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arch", default="parakeet-ctc-1.1b", choices=sorted(ctc_lm.CTC_SHAPES))
-    parser.add_argument("--num-utterances", type=int, default=1024)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--num-words", type=int, default=5000, help="lexicon (= LM unigram) size")
-    parser.add_argument("--num-sentences", type=int, default=20000, help="sentences the 3-gram LM is counted from")
-    parser.add_argument("--max-encode-rows", type=int, default=64)
+    ctc_lm.add_workload_arguments(parser)
     parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side, alternating; best counts")
     parser.add_argument("--kaldi-clips", type=int, default=256)
     parser.add_argument("--ctc-logit-scale", type=float, default=6.0,
@@ -88,33 +82,26 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     from oasr.decode.ctc_wfst import CTCWFST, DecodingGraphCache, collapse_ctc
-    from oasr.engine.config import EngineConfig, SchedulerConfig
+    from oasr.engine.config import EngineConfig
     from oasr.engine.engine import ASREngine
-    from oasr.models.loader import from_pretrained, pick_device, pick_dtype
     from oasr.types import DecodeOptions
 
     args = _parser().parse_args(argv)
-    device = pick_device(args.device)
-    dtype = pick_dtype(None if args.dtype == "auto" else args.dtype, device)
-    audio = synthetic_audio(args.num_utterances)
-    audio_s = sum(len(a) for a in audio) / 16000
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        vocab_size = ctc_lm.build(args.arch, tmp / "model")
-        loaded = from_pretrained(tmp / "model", device=device, dtype=dtype)
+        work = ctc_lm.Workload.build(args, tmp)
+        loaded, audio, words, vocab_size = work.loaded, work.audio, work.words, work.vocab_size
         with torch.no_grad():
             loaded.model.ctc_head.weight.mul_(args.ctc_logit_scale)
             loaded.model.ctc_head.bias.mul_(args.ctc_logit_scale)
-        words = ctc_lm.lexicon_words(vocab_size, args.num_words)
-        arpa = ctc_lm.write_trigram_arpa(tmp / "3gram.arpa", words, num_sentences=args.num_sentences)
         start = time.perf_counter()
-        tlg = build_tlg(words, [loaded.tokenizer.encode(w) for w in words], arpa, vocab_size, loaded.model.blank_id)
+        tlg = build_tlg(words, [loaded.tokenizer.encode(w) for w in words], work.arpa, vocab_size,
+                        loaded.model.blank_id)
         graph_path = tmp / "TLG.fst"
         tlg.write(str(graph_path))
         graph = {"states": tlg.num_states, "arcs": sum(tlg.num_arcs(s) for s in range(tlg.num_states)),
                  "build_seconds": round(time.perf_counter() - start, 1)}
-        engine = ASREngine(loaded, EngineConfig(scheduler=SchedulerConfig(
-            max_num_seqs=256, max_encode_rows=args.max_encode_rows, max_encoder_frames=args.max_encode_rows * 2001)))
+        engine = ASREngine(loaded, EngineConfig(scheduler=ctc_lm.bench_scheduler(args.max_encode_rows)))
 
         def run(options: DecodeOptions, label: str) -> tuple[float, list]:
             sync(loaded.device)
@@ -158,8 +145,9 @@ def main(argv: list[str] | None = None) -> dict:
         equal = [(p.token_ids, p.word_ids) == (collapse_ctc(labels, blank), kw)
                  for p, (labels, kw) in zip(ours, kaldi_paths)]
     greedy_s, graph_s = min(greedy_times), min(graph_times)
+    audio_s = work.audio_seconds
     result = {
-        "arch": args.arch, "device": str(device), "dtype": str(dtype), "utterances": len(audio),
+        "arch": args.arch, "device": str(loaded.device), "dtype": str(loaded.dtype), "utterances": len(audio),
         "audio_seconds": round(audio_s, 1), "max_encode_rows": args.max_encode_rows, "graph": graph,
         "greedy": {"seconds": round(greedy_s, 3), "audio_seconds_per_second": round(audio_s / greedy_s, 1),
                    "rounds": [round(t, 3) for t in greedy_times]},
