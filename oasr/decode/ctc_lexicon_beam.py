@@ -290,12 +290,13 @@ class LexiconBeamSearch:
                         torch.cat([cands.plain_group, cands.word_group + num_plain], 1))
         return self._select(hyps, cands, history, context, boost_state, merged, layout)
 
-    def _boosted(self, hyps: _Hyps, cands: _Frame, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each word candidate's hotword automaton state after its word and the boost the word adds, [B, Mw]
-        (the parent's state and 0 without hotwords)."""
-        parent_state = hyps.boost_state[:, layout.word_parent]
+    def _boosted(self, hyps: _Hyps, cands: _Frame,
+                 layout: _Layout) -> tuple[torch.Tensor | None, torch.Tensor | float]:
+        """Each word candidate's hotword automaton state after its word and the boost the word adds, [B, Mw];
+        without hotwords (None, 0.0): every state stays 0."""
         if self.boosts is None:
-            return parent_state, torch.zeros_like(cands.word_score)
+            return None, 0.0
+        parent_state = hyps.boost_state[:, layout.word_parent]
         symbol = self.boosts.symbol[cands.word.clamp(min=0)]
         graph = self.boosts.graph
         return graph.next_state[parent_state, symbol], graph.gain[parent_state, symbol].double()
@@ -362,7 +363,7 @@ class LexiconBeamSearch:
         return place, same_place.sum(2), torch.cat([inside, stay, k * n + k + place], 1)
 
     def _select(self, hyps: _Hyps, cands: _Frame, history: torch.Tensor, context: torch.Tensor,
-                boost_state: torch.Tensor, merged: tuple[torch.Tensor, torch.Tensor],
+                boost_state: torch.Tensor | None, merged: tuple[torch.Tensor, torch.Tensor],
                 layout: _Layout) -> tuple[_Hyps, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The best ``beam_size`` merged states of each row ((merged score, winner slot) per group [B, Mn + Mw],
         the word candidates' slots after the plain ones) -> what ``_step`` returns."""
@@ -386,7 +387,8 @@ class LexiconBeamSearch:
                                   hyps.context.gather(1, plain_parent[..., None].expand(-1, -1, width)))
         emitted = torch.where(is_word | (plain_slot < num_plain - 2 * k), token, -1)
         word = torch.where(is_word, cands.word.gather(1, word_slot), -1)
-        new_boost_state = torch.where(is_word, boost_state.gather(1, word_slot), hyps.boost_state.gather(1, plain_parent))
+        new_boost_state = hyps.boost_state if boost_state is None else torch.where(
+            is_word, boost_state.gather(1, word_slot), hyps.boost_state.gather(1, plain_parent))
         new = _Hyps(score, new_history, node, token, blank_last, new_context, new_boost_state)
         return new, torch.where(live, parent, 0), torch.where(live, emitted, -1), torch.where(live, word, -1)
 
